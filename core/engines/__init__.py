@@ -1,0 +1,90 @@
+"""Engines (the worker programs) and frontends (routers) plug in through small registries.
+
+Adding an engine or a router is a new module that registers a class; nothing else changes.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable, ClassVar
+
+if TYPE_CHECKING:
+    from ..catalog import ModelEntry
+    from .args import Options
+    from ..plan import Endpoint, Plan
+
+
+class Engine:
+    """A worker program. Subclasses build the exact argv and env of one endpoint."""
+
+    name: ClassVar[str]
+    command: ClassVar[tuple[str, ...]]  # the program, e.g. ("python3", "-m", "atom.entrypoints.openai_server")
+    owned_flags: ClassVar[frozenset[str]] = frozenset()  # canonical flags only atomdeck may set
+
+    def options(self, plan: "Plan", ep: "Endpoint", model: "ModelEntry") -> "Options":
+        raise NotImplementedError
+
+    def argv(self, plan: "Plan", ep: "Endpoint", model: "ModelEntry") -> list[str]:
+        return [*self.command, *self.options(plan, ep, model).tokens()]
+
+    def env(self, plan: "Plan", ep: "Endpoint", model: "ModelEntry") -> dict[str, str]:
+        raise NotImplementedError
+
+
+class Frontend:
+    """A router program in front of the workers."""
+
+    name: ClassVar[str]
+    command: ClassVar[tuple[str, ...]]
+    backend: ClassVar[str]  # the engine it must be told it talks to
+    owned_flags: ClassVar[frozenset[str]] = frozenset()
+
+    def options(self, plan: "Plan") -> "Options":
+        raise NotImplementedError
+
+    def argv(self, plan: "Plan") -> list[str]:
+        return [*self.command, *self.options(plan).tokens()]
+
+    def env(self, plan: "Plan") -> dict[str, str]:
+        return {}
+
+
+ENGINES: dict[str, type[Engine]] = {}
+FRONTENDS: dict[str, type[Frontend]] = {}
+
+
+def register_engine(name: str) -> Callable[[type[Engine]], type[Engine]]:
+    def deco(cls: type[Engine]) -> type[Engine]:
+        cls.name = name
+        ENGINES[name] = cls
+        return cls
+    return deco
+
+
+def register_frontend(name: str) -> Callable[[type[Frontend]], type[Frontend]]:
+    def deco(cls: type[Frontend]) -> type[Frontend]:
+        cls.name = name
+        FRONTENDS[name] = cls
+        return cls
+    return deco
+
+
+def engine(name: str) -> Engine:
+    from . import atom, atomesh  # noqa: F401  (registration)
+
+    if name not in ENGINES:
+        raise KeyError(name)
+    return ENGINES[name]()
+
+
+def frontend(name: str) -> Frontend:
+    from . import atom, atomesh  # noqa: F401
+
+    if name not in FRONTENDS:
+        raise KeyError(name)
+    return FRONTENDS[name]()
+
+
+def known() -> tuple[list[str], list[str]]:
+    from . import atom, atomesh  # noqa: F401
+
+    return sorted(ENGINES), sorted(FRONTENDS)

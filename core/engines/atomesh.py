@@ -1,0 +1,45 @@
+"""The AToMesh router: `atomesh launch ... --backend atom`."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from . import Frontend, register_frontend
+from .args import Options
+
+if TYPE_CHECKING:
+    from ..plan import Plan
+
+
+@register_frontend("atomesh")
+class Atomesh(Frontend):
+    command = ("atomesh", "launch")
+    backend = "atom"
+    owned_flags = frozenset({"host", "port", "pd-disaggregation", "prefill", "decode", "worker-urls", "backend",
+                             "policy", "log-level", "prometheus-port"})
+
+    def options(self, plan: "Plan") -> Options:
+        r = plan.recipe
+        o = Options(self.owned_flags)
+        o.set("--host", "0.0.0.0")
+        o.set("--port", plan.router.port)
+        if r.mode == "disagg":
+            o.set("--pd-disaggregation")
+            for e in plan.role_endpoints("prefill"):
+                o.append("--prefill", e.url)
+            for e in plan.role_endpoints("decode"):
+                o.append("--decode", e.url)
+        else:
+            o.set("--worker-urls", *(e.url for e in plan.role_endpoints("worker")))
+        o.set("--policy", r.router.policy)
+        o.set("--backend", self.backend)
+        o.set("--log-level", r.router.log_level)
+        o.set("--prometheus-port", plan.router.prometheus_port)
+        o.add_recipe_args(r.router.args, "router.args")
+        return o
+
+    def env(self, plan: "Plan") -> dict[str, str]:
+        env = dict(plan.cluster.env)
+        env.update(plan.recipe.env)
+        env.update(plan.recipe.router.env)
+        return env

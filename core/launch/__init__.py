@@ -1,0 +1,15 @@
+"""Launchers start a plan's processes on nodes; see base.py for the interface."""
+
+from __future__ import annotations
+
+from ..cluster import Cluster
+from ..shell import LocalRunner, Runner
+
+
+def control_runner(cluster: Cluster) -> Runner:
+    """Where Slurm commands run: the login host over SSH if the cluster names one, else here."""
+    if cluster.login is None:
+        return LocalRunner()
+    from ..sshconn import ssh_runner_for_login  # noqa: PLC0415  (asyncssh only when needed)
+
+    return ssh_runner_for_login(cluster)

@@ -1,0 +1,195 @@
+"""YAML loading and pydantic validation that report problems by key path and line."""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from .errors import ConfigError, ConfigIssue
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader that refuses duplicate keys (a silent override is a classic recipe bug)."""
+
+
+def _construct_mapping(loader: _Loader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    seen: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None,
+                f"key {key!r} appears twice (first on line {seen[key] + 1}); keep one",
+                key_node.start_mark,
+            )
+        seen[key] = key_node.start_mark.line
+    return loader.construct_mapping(node, deep=deep)
+
+
+_Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+class YamlDoc:
+    """A parsed YAML document plus its node tree, for line lookups."""
+
+    def __init__(self, data: Any, root: yaml.Node | None, source: str):
+        self.data = data
+        self.root = root
+        self.source = source
+
+    def line_of(self, path: tuple) -> int | None:
+        node = self.root
+        line = node.start_mark.line + 1 if node is not None else None
+        for part in path:
+            if isinstance(node, yaml.MappingNode):
+                for k, v in node.value:
+                    if isinstance(k, yaml.ScalarNode) and k.value == str(part):
+                        line, node = k.start_mark.line + 1, v
+                        break
+                else:
+                    return line
+            elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
+                node = node.value[part]
+                line = node.start_mark.line + 1
+            else:
+                return line
+        return line
+
+
+def parse_yaml(text: str, source: str) -> YamlDoc:
+    """Parse YAML text; syntax errors become a ConfigError that names the line."""
+    if "\x00" in text:
+        raise ConfigError([ConfigIssue(source, "", "is not a text file (contains NUL bytes); give a YAML file")])
+    try:
+        root = yaml.compose(text, Loader=_Loader)
+        data = yaml.load(text, Loader=_Loader)
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        line = mark.line + 1 if mark else None
+        problem = e.problem or str(e)
+        raise ConfigError([ConfigIssue(source, "", f"is not valid YAML: {problem}", line)]) from None
+    except yaml.YAMLError as e:
+        raise ConfigError([ConfigIssue(source, "", f"is not valid YAML: {e}")]) from None
+    return YamlDoc(data, root, source)
+
+
+def read_yaml(path: Path) -> YamlDoc:
+    """Read and parse a YAML file; unreadable files become a ConfigError."""
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as e:
+        raise ConfigError([ConfigIssue(str(path), "", f"cannot be read: {e.strerror or e}")]) from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError([ConfigIssue(str(path), "", "is not UTF-8 text; give a YAML file")]) from None
+    return parse_yaml(text, str(path))
+
+
+def _fmt_path(loc: tuple) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _explain(err: dict, model: type[BaseModel]) -> str:
+    """Turn one pydantic error into a sentence that says what to change."""
+    kind = err["type"]
+    ctx = err.get("ctx") or {}
+    got = err.get("input")
+    if kind == "extra_forbidden":
+        known = _known_keys(model, err["loc"][:-1])
+        hint = ""
+        if known:
+            close = difflib.get_close_matches(str(err["loc"][-1]), known, n=1)
+            hint = f"; did you mean '{close[0]}'?" if close else f"; known keys: {', '.join(sorted(known))}"
+        return f"unknown key; remove it{hint}"
+    if kind == "missing":
+        return "is required; add it"
+    if kind in ("int_parsing", "int_type", "int_from_float"):
+        return f"must be a whole number, got {_short(got)}"
+    if kind in ("float_parsing", "float_type"):
+        return f"must be a number, got {_short(got)}"
+    if kind in ("bool_parsing", "bool_type"):
+        return f"must be true or false, got {_short(got)}"
+    if kind in ("string_type",):
+        return f"must be a text value, got {_short(got)}"
+    if kind in ("dict_type", "model_type", "model_attributes_type"):
+        return f"must be a mapping of keys to values, got {_short(got)}"
+    if kind in ("list_type",):
+        return f"must be a list, got {_short(got)}"
+    if kind == "literal_error":
+        return f"must be one of {ctx.get('expected')}, got {_short(got)}"
+    if kind == "greater_than_equal":
+        return f"must be at least {ctx.get('ge')}, got {_short(got)}"
+    if kind == "greater_than":
+        return f"must be greater than {ctx.get('gt')}, got {_short(got)}"
+    if kind == "less_than_equal":
+        return f"must be at most {ctx.get('le')}, got {_short(got)}"
+    if kind == "string_pattern_mismatch":
+        return f"has an invalid form {_short(got)}; it must match {ctx.get('pattern')}"
+    if kind == "string_too_short":
+        return "must not be empty"
+    if kind == "value_error":
+        return str(ctx.get("error", err["msg"]))
+    return f"{err['msg']} (got {_short(got)})"
+
+
+def _known_keys(model: type[BaseModel], loc: tuple) -> list[str]:
+    """Field names of the sub-model at loc, when it can be found."""
+    current: Any = model
+    for part in loc:
+        if isinstance(part, int) or not (isinstance(current, type) and issubclass(current, BaseModel)):
+            return [] if not (isinstance(current, type) and issubclass(current, BaseModel)) else \
+                _known_keys(current, ())
+        field = current.model_fields.get(str(part))
+        if field is None:
+            return []
+        current = _model_in(field.annotation)
+        if current is None:
+            return []
+    if isinstance(current, type) and issubclass(current, BaseModel):
+        return [f.alias or n for n, f in current.model_fields.items()]
+    return []
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()) or ():
+        found = _model_in(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def validate(model: type[M], doc: YamlDoc) -> M:
+    """Validate a parsed document against a pydantic model, reporting every issue by key path."""
+    data = doc.data
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError([ConfigIssue(doc.source, "", f"must be a mapping of keys to values, got {_short(data)}")])
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        issues = []
+        for err in e.errors(include_url=False):
+            loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-")))
+            issues.append(ConfigIssue(doc.source, _fmt_path(loc), _explain(err, model), doc.line_of(loc)))
+        raise ConfigError(issues) from None

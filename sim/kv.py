@@ -1,0 +1,410 @@
+"""Mooncake KV transfer for the simulated ATOM worker, with the real transfer engine.
+
+Layout: one registered region per rank (``dp * tp`` ranks), ``NUM_BLOCKS`` blocks of
+``BYTES_PER_BLOCK`` each. As with DeepSeek's MLA cache, every TP rank of a DP rank holds the
+same latent KV. The flow is ATOM's push model, with JSON lines over TCP in place of ZMQ:
+
+1. prefill (producer) computes KV into its blocks and answers with ``kv_transfer_params``;
+2. each decode (consumer) rank sends a ``write_request`` to the producer's handshake listener
+   ``remote_handshake_port + remote_dp_rank * remote_tp + tp_rank % remote_tp``;
+3. the producer writes its blocks into the consumer's registered memory with
+   ``batch_transfer_sync_write`` and sends ``write_done`` to the consumer's notification port;
+4. the consumer checks the bytes it received against what the prompt must produce.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import hashlib
+import json
+import mmap
+import socket
+import time
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import atomlog, simenv
+
+BYTES_PER_BLOCK = 2048
+NUM_BLOCKS = 1024
+MAX_CHUNK = 2 * 1024**3 - 64 * 1024
+PREFILL_LOOKUP_TIMEOUT = 60.0
+RDMA_RETRIES = 3
+log = atomlog.atom
+
+
+class KVTransferError(RuntimeError):
+    """A KV transfer that did not deliver the right bytes."""
+
+
+class Region:
+    """One rank's registered KV memory (anonymous mmap: untouched pages cost no RSS)."""
+
+    def __init__(self, size: int):
+        self.mm = mmap.mmap(-1, size)
+        self.size = size
+        self.base = ctypes.addressof(ctypes.c_char.from_buffer(self.mm))
+
+    def write(self, block: int, data: bytes) -> None:
+        off = block * BYTES_PER_BLOCK
+        self.mm[off:off + len(data)] = data
+
+    def read(self, block: int) -> bytes:
+        off = block * BYTES_PER_BLOCK
+        return self.mm[off:off + BYTES_PER_BLOCK]
+
+
+class BlockAllocator:
+    def __init__(self, count: int):
+        self.free_ids = deque(range(count))
+
+    def alloc(self, count: int) -> list[int] | None:
+        if count > len(self.free_ids):
+            return None
+        return [self.free_ids.popleft() for _ in range(count)]
+
+    def release(self, ids: list[int]) -> None:
+        self.free_ids.extend(ids)
+
+
+@dataclass
+class _Prefill:
+    block_ids: list[int]
+    served: int = 0
+    created: float = field(default_factory=time.monotonic)
+
+
+def free_port(host: str) -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+class MooncakeConnector:
+    """Producer or consumer side of ATOM's Mooncake connector, for all ranks of one worker."""
+
+    def __init__(self, kv_cfg: dict, *, local_ip: str, listen_host: str, tp: int, dp: int,
+                 block_len: int, handshake_fault: str | None):
+        self.cfg = kv_cfg
+        self.local_ip = local_ip
+        self.listen_host = listen_host
+        self.tp, self.dp = tp, dp
+        self.ranks = tp * dp
+        self.block_len = block_len
+        self.is_producer = kv_cfg.get("kv_role", "kv_producer") == "kv_producer"
+        self.protocol = kv_cfg.get("protocol", "rdma")
+        self.base_handshake_port = int(kv_cfg.get("handshake_port", 6301))
+        self.fault = handshake_fault if self.is_producer else None
+        self.engine: Any = None
+        self.rpc_port = 0
+        self.engine_id = "None"
+        self.regions: list[Region] = []
+        self.alloc = BlockAllocator(NUM_BLOCKS)
+        self.scheduler_port = 0
+        self.notification_port = 0
+        self._servers: list[asyncio.Server] = []
+        self._prefills: dict[int, _Prefill] = {}
+        self._prefill_ready: dict[int, asyncio.Event] = {}
+        self._done: dict[int, int] = {}
+        self._done_events: dict[int, tuple[int, asyncio.Event]] = {}
+        self._pool = ThreadPoolExecutor(max_workers=min(4, int(kv_cfg.get("num_worker_threads", 16))),
+                                        thread_name_prefix="mooncake-send-worker")
+
+    # ---- startup -------------------------------------------------------------------------
+
+    @staticmethod
+    def load_engine_class() -> Any:
+        """Import Mooncake as ATOM's connector module does at import time."""
+        try:
+            from mooncake.engine import TransferEngine
+        except ImportError:
+            log("Mooncake is not available — KV cache disaggregation via mooncake will not work. "
+                "Install the mooncake package to enable push-mode RDMA transfers.")
+            return None
+        log("Mooncake TransferEngine loaded successfully")
+        return TransferEngine
+
+    def ib_device(self) -> str:
+        dev = self.cfg.get("ib_device", "") or __import__("os").environ.get("ATOM_MOONCAKE_IB_DEVICE", "")
+        if dev:
+            return dev
+        if self.protocol == "tcp":
+            log("Mooncake TCP selected; RDMA device selection is disabled")
+            return ""
+        log("Auto-selecting RDMA device rdma0 for GPU 0 (tp_rank=0)")
+        return "rdma0"
+
+    def initialize(self, engine_class: Any) -> None:
+        """Start the transfer engine (P2P handshake, no metadata server). Raises on failure."""
+        if engine_class is None:
+            raise RuntimeError("Mooncake is not installed but kv_connector='mooncake' was requested. "
+                               "Install the mooncake package to use push-mode RDMA transfers.")
+        ib_device = self.ib_device()
+        self.engine = engine_class()
+        ret = self.engine.initialize(self.local_ip, "P2PHANDSHAKE", self.protocol, ib_device)
+        if ret != 0:
+            raise RuntimeError(f"Mooncake TransferEngine.initialize() failed (ret={ret}) on ip={self.local_ip}, "
+                               f"protocol={self.protocol}, ib_device={ib_device}")
+        self.rpc_port = self.engine.get_rpc_port()
+        self.engine_id = f"{self.local_ip}:{self.rpc_port}"
+        self.scheduler_port = free_port(self.listen_host)
+        log(f"Mooncake TransferEngine initialized: ip={self.local_ip}, protocol={self.protocol}, "
+            f"ib_device={ib_device}, rpc_port={self.rpc_port}")
+
+    def register(self, fail: bool = False) -> None:
+        """Allocate and register the KV regions. ``fail`` simulates a registration failure."""
+        self.regions = [Region(NUM_BLOCKS * BYTES_PER_BLOCK) for _ in range(self.ranks)]
+        ptrs = [r.base for r in self.regions]
+        sizes = [r.size for r in self.regions]
+        log(f"Registering {len(ptrs)} RDMA chunks ({len(ptrs)} block regions, 0 slot regions, "
+            f"max_chunk={MAX_CHUNK / 1024**3:.2f} GiB)")
+        ret = -1 if fail else self.engine.batch_register_memory(ptrs, sizes)
+        if ret != 0:
+            log(f"batch_register_memory FAILED (ret={ret}), trying individual registration as fallback...")
+            raise RuntimeError(f"Mooncake register_memory failed: ptr={ptrs[0]:#x} size={sizes[0]} ret={ret}")
+        log(f"batch_register_memory OK ({len(ptrs)} chunks)")
+        role = "PRODUCER" if self.is_producer else "CONSUMER"
+        log(f"Mooncake KV registration complete: role={role}, engine_id={self.engine_id}, is_v4=False, "
+            f"num_blocks={NUM_BLOCKS}, block_regions={len(ptrs)}, slot_regions=0")
+
+    async def start_listeners(self) -> None:
+        """Producer: one write listener per rank. Consumer: one notification listener."""
+        if self.is_producer:
+            for rank in range(self.ranks):
+                port = self.base_handshake_port + rank
+                if self.fault != "refuse":
+                    server = await asyncio.start_server(
+                        lambda r, w, k=rank: self._serve_producer(r, w, k), self.listen_host, port,
+                        reuse_address=True)
+                    self._servers.append(server)
+                log(f"Mooncake write listener bound to tcp://*:{port}")
+        else:
+            server = await asyncio.start_server(self._serve_notifications, self.listen_host, 0,
+                                                reuse_address=True)
+            self._servers.append(server)
+            self.notification_port = server.sockets[0].getsockname()[1]
+            log(f"Mooncake notification listener bound to tcp://*:{self.notification_port}")
+
+    async def close(self) -> None:
+        for server in self._servers:
+            server.close()
+        self._servers.clear()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    # ---- producer ------------------------------------------------------------------------
+
+    def rank_group(self, dp_rank: int) -> list[int]:
+        return [dp_rank * self.tp + t for t in range(self.tp)]
+
+    def store_prefill(self, transfer_id: int, kv: bytes, dp_rank: int) -> list[int]:
+        """Put a finished prefill's KV into its blocks (every TP rank of ``dp_rank``)."""
+        count = len(kv) // BYTES_PER_BLOCK
+        block_ids = self.alloc.alloc(count)
+        while block_ids is None and self._prefills:
+            oldest = min(self._prefills, key=lambda t: self._prefills[t].created)
+            log(f"[PRODUCER] Evicting unclaimed prefill blocks for transfer_id={oldest}")
+            self.alloc.release(self._prefills.pop(oldest).block_ids)
+            block_ids = self.alloc.alloc(count)
+        if block_ids is None:
+            raise KVTransferError(f"KV cache exhausted: {count} blocks needed, {NUM_BLOCKS} in total")
+        for rank in self.rank_group(dp_rank):
+            for i, block in enumerate(block_ids):
+                self.regions[rank].write(block, kv[i * BYTES_PER_BLOCK:(i + 1) * BYTES_PER_BLOCK])
+        self._prefills[transfer_id] = _Prefill(block_ids)
+        self._prefill_ready.setdefault(transfer_id, asyncio.Event()).set()
+        log(f"[PRODUCER] Cached {len(block_ids)} prefill blocks (slot=-1) for req {transfer_id}")
+        return block_ids
+
+    async def _serve_producer(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, rank: int) -> None:
+        try:
+            while line := await reader.readline():
+                try:
+                    msg = json.loads(line)
+                except ValueError:
+                    log("Unknown message type: <unparsable>")
+                    continue
+                if msg.get("type") != "write_request":
+                    log(f"Unknown message type: {msg.get('type')}")
+                    continue
+                log(f"[PRODUCER] Received write_request for req {msg.get('request_id')} "
+                    f"(transfer_id={msg.get('transfer_id')}, consumer={msg.get('consumer_host')}:"
+                    f"{msg.get('consumer_rpc_port')})")
+                asyncio.get_running_loop().create_task(self._execute_transfer(msg, rank))
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            writer.close()
+
+    async def _wait_for_prefill(self, transfer_id: int) -> _Prefill | None:
+        event = self._prefill_ready.setdefault(transfer_id, asyncio.Event())
+        try:
+            await asyncio.wait_for(event.wait(), max(0.5, simenv.scaled(PREFILL_LOOKUP_TIMEOUT)))
+        except asyncio.TimeoutError:
+            self._prefill_ready.pop(transfer_id, None)
+            return None
+        return self._prefills.get(transfer_id)
+
+    async def _execute_transfer(self, req: dict, rank: int) -> None:
+        req_id, transfer_id = req["request_id"], req.get("transfer_id", req["request_id"])
+        consumer = f"{req['consumer_host']}:{req['consumer_rpc_port']}"
+        log(f"[PRODUCER] _execute_transfer: req_id={req_id}, transfer_id={transfer_id}, consumer={consumer}, "
+            f"dst_blocks={len(req['dst_block_ids'])}, has_slot_data=False")
+        prefill = await self._wait_for_prefill(transfer_id)
+        if prefill is None:
+            log(f"[PRODUCER] Timed out waiting for prefill data for transfer_id={transfer_id} "
+                f"(req_id={req_id}). Available keys: {list(self._prefills)}")
+            return
+        # The "break" fault aims the write at a port nothing listens on.
+        target = f"{req['consumer_host']}:1" if self.fault == "break" else consumer
+        loop = asyncio.get_running_loop()
+        if await loop.run_in_executor(self._pool, self.engine.get_first_buffer_address, target) == 0:
+            log(f"[PRODUCER] Consumer {target} has NO registered buffers.")
+        src_base, dst_base = self.regions[rank].base, req["consumer_base_addrs"][0]
+        pairs = list(zip(prefill.block_ids, req["dst_block_ids"]))
+        srcs = [src_base + s * BYTES_PER_BLOCK for s, _ in pairs]
+        dsts = [dst_base + d * BYTES_PER_BLOCK for _, d in pairs]
+        sizes = [BYTES_PER_BLOCK] * len(pairs)
+        log(f"[PRODUCER] block RDMA write: req={req_id}, 1 regions × {len(pairs)} blocks, total_bytes={sum(sizes)}")
+        if not await self._write_with_retry(target, srcs, dsts, sizes, req_id):
+            log(f"[PRODUCER] block transfer failed for req {req_id}")
+        await self._send_write_done(req["notify_host"], int(req["notify_port"]), req_id)
+        prefill.served += 1
+        if prefill.served >= int(req.get("consumer_tp_size", 1)) and transfer_id in self._prefills:
+            self.alloc.release(self._prefills.pop(transfer_id).block_ids)
+            self._prefill_ready.pop(transfer_id, None)
+            log(f"[PRODUCER] All {prefill.served} consumers served for transfer_id={transfer_id}")
+
+    async def _write_with_retry(self, target: str, srcs: list[int], dsts: list[int], sizes: list[int],
+                                req_id: int) -> bool:
+        loop = asyncio.get_running_loop()
+        delay = 2.0
+        for attempt in range(1, RDMA_RETRIES + 1):
+            ret = await loop.run_in_executor(
+                self._pool, self.engine.batch_transfer_sync_write, target, srcs, dsts, sizes)
+            if ret == 0:
+                return True
+            log(f"[PRODUCER] block RDMA chunk error {ret} for req {req_id} → {target} "
+                f"(entries 0-{len(srcs)}/{len(srcs)}, attempt {attempt}/{RDMA_RETRIES})")
+            if attempt < RDMA_RETRIES:
+                await simenv.pause(delay)
+                delay *= 2
+        return False
+
+    async def _send_write_done(self, host: str, port: int, req_id: int) -> None:
+        try:
+            _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), 5.0)
+            writer.write((json.dumps({"type": "write_done", "request_id": req_id}) + "\n").encode())
+            await writer.drain()
+            writer.close()
+        except (OSError, asyncio.TimeoutError) as e:
+            log(f"[PRODUCER] Failed to send write-done for req {req_id} to tcp://{host}:{port}: {e}")
+            return
+        log(f"[PRODUCER] write-done sent for req {req_id}")
+
+    # ---- consumer ------------------------------------------------------------------------
+
+    async def _serve_notifications(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while line := await reader.readline():
+                try:
+                    msg = json.loads(line)
+                except ValueError:
+                    continue
+                if msg.get("type") != "write_done":
+                    log(f"Unknown notification type: {msg.get('type')}")
+                    continue
+                req_id = msg["request_id"]
+                self._done[req_id] = self._done.get(req_id, 0) + 1
+                log(f"[CONSUMER] Write-done received for req {req_id}, done_recving now: {{{req_id}}}")
+                expected = self._done_events.get(req_id)
+                if expected and self._done[req_id] >= expected[0]:
+                    expected[1].set()
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            writer.close()
+
+    async def receive(self, params: dict, req_id: int, expected: bytes, dp_rank: int) -> bytes:
+        """Pull a prefill's KV into this decode's blocks (all TP ranks of ``dp_rank``); verify it."""
+        transfer_id = params.get("transfer_id")
+        remote_host = params.get("remote_host")
+        remote_hp = int(params.get("remote_handshake_port", 6301))
+        remote_tp = int(params.get("remote_tp_size", params.get("tp_size", 1)) or 1)
+        remote_dp_rank = int(params.get("remote_dp_rank", params.get("dp_rank", 0)) or 0)
+        count = len(params.get("remote_block_ids") or [])
+        if count * BYTES_PER_BLOCK != len(expected):
+            raise KVTransferError(f"remote_block_ids has {count} blocks, the prompt needs "
+                                  f"{len(expected) // BYTES_PER_BLOCK}")
+        dst = self.alloc.alloc(count)
+        if dst is None:
+            raise KVTransferError(f"KV cache exhausted: {count} blocks needed")
+        ranks = self.rank_group(dp_rank)
+        try:
+            zero = bytes(BYTES_PER_BLOCK)
+            for rank in ranks:
+                for block in dst:
+                    self.regions[rank].write(block, zero)
+            log(f"[SCHEDULER-CONSUMER] Queued req {req_id} for remote KV recv ({count} blocks, slot=-1), "
+                f"transfer_id={transfer_id}, remote_host={remote_host}, remote_handshake_port={remote_hp}")
+            done = asyncio.Event()
+            self._done_events[req_id] = (len(ranks), done)
+            log(f"[CONSUMER] start_load_kv: 1 reqs_to_recv, id_map={{{req_id}: {transfer_id}}}")
+            for rank in ranks:
+                await self._send_write_request(params, req_id, dst, rank, remote_host, remote_hp, remote_tp,
+                                               remote_dp_rank)
+            timeout = simenv.kv_timeout()
+            try:
+                await asyncio.wait_for(done.wait(), timeout)
+            except asyncio.TimeoutError:
+                log(f"[CONSUMER] Timed out waiting for write-done for req {req_id} "
+                    f"(transfer_id={transfer_id}) after {timeout:.1f}s")
+                raise KVTransferError(f"timed out after {timeout:.1f}s waiting for KV of req {req_id} "
+                                      f"from {remote_host}") from None
+            return self._verify(req_id, dst, ranks, expected)
+        finally:
+            self._done_events.pop(req_id, None)
+            self._done.pop(req_id, None)
+            self.alloc.release(dst)
+
+    async def _send_write_request(self, params: dict, req_id: int, dst: list[int], rank: int, host: str,
+                                  handshake_port: int, remote_tp: int, remote_dp_rank: int) -> None:
+        tp_rank = rank % self.tp
+        remote_tp_rank = tp_rank % remote_tp
+        port = handshake_port + remote_dp_rank * remote_tp + remote_tp_rank
+        addr = f"tcp://{host}:{port}"
+        log(f"[CONSUMER] Sending write_request for req {req_id} (transfer_id={params.get('transfer_id')}) to "
+            f"{addr} (handshake_port={handshake_port}, dp_rank={remote_dp_rank}, local_tp={tp_rank}, "
+            f"remote_tp={remote_tp_rank}/{remote_tp}), dst_block_ids={dst[:10]}, num_regions=1, "
+            f"bytes/block=[{BYTES_PER_BLOCK}], num_blocks={NUM_BLOCKS}")
+        request = {
+            "type": "write_request", "request_id": req_id, "transfer_id": params.get("transfer_id"),
+            "consumer_host": self.local_ip, "consumer_rpc_port": self.rpc_port,
+            "consumer_base_addrs": [self.regions[rank].base], "dst_block_ids": dst,
+            "notify_host": self.local_ip, "notify_port": self.notification_port, "consumer_tp_size": self.tp,
+        }
+        try:
+            _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), 5.0)
+            writer.write((json.dumps(request) + "\n").encode())
+            await writer.drain()
+            writer.close()
+        except (OSError, asyncio.TimeoutError) as e:
+            reason = e.strerror if isinstance(e, OSError) and e.strerror else type(e).__name__
+            log(f"[CONSUMER] Failed to send write_request for req {req_id} to {addr}: {reason}")
+            raise KVTransferError(f"write_request for req {req_id} to {addr} failed: {reason}") from e
+        log(f"[CONSUMER] write_request sent for req {req_id} to {addr}")
+
+    def _verify(self, req_id: int, dst: list[int], ranks: list[int], expected: bytes) -> bytes:
+        want = hashlib.sha256(expected).hexdigest()
+        received = b""
+        for rank in ranks:
+            got = b"".join(self.regions[rank].read(b) for b in dst)
+            digest = hashlib.sha256(got).hexdigest()
+            if digest != want:
+                log(f"[CONSUMER] KV checksum mismatch for req {req_id} (rank {rank}): "
+                    f"expected sha256={want[:16]}, got sha256={digest[:16]}")
+                raise KVTransferError(f"KV transfer for req {req_id} delivered wrong bytes (rank {rank})")
+            received = received or got
+        return received

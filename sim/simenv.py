@@ -1,0 +1,79 @@
+"""Simulator settings read from the environment: pace, node address, timeouts.
+
+Every variable is documented in sim/README.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+
+WILDCARDS = ("0.0.0.0", "::", "")
+
+
+def _float(name: str, default: float) -> float:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        return float(raw)
+    except ValueError:
+        return default
+
+
+def speed() -> float:
+    """``ATOMSIM_SPEED``: simulated delays are divided by it; 0 or inf means no delays."""
+    value = _float("ATOMSIM_SPEED", 1.0)
+    if value <= 0 or math.isinf(value) or math.isnan(value):
+        return math.inf
+    return value
+
+
+def scaled(seconds: float) -> float:
+    """A simulated duration at the current pace."""
+    s = speed()
+    return 0.0 if math.isinf(s) else seconds / s
+
+
+async def pause(seconds: float) -> None:
+    """Sleep for a simulated duration (yields even when the pace makes it zero)."""
+    await asyncio.sleep(scaled(seconds))
+
+
+def node_ip() -> str | None:
+    """``ATOMSIM_NODE_IP``: the loopback address standing in for this node."""
+    value = os.environ.get("ATOMSIM_NODE_IP", "").strip()
+    return value or None
+
+
+def bind_host(host: str) -> str:
+    """The address to bind for ``--host``: the node address replaces a wildcard."""
+    node = node_ip()
+    if host in WILDCARDS and node:
+        return node
+    return host or "0.0.0.0"
+
+
+def listen_host(host: str) -> str:
+    """Where side listeners bind (ATOM binds ``tcp://*``; a simulated node binds its own address)."""
+    node = node_ip()
+    if node:
+        return node
+    return host if host not in WILDCARDS else "0.0.0.0"
+
+
+def advertised_ip(host: str) -> str:
+    """The IP ATOM advertises: ``ATOM_HOST_IP``, else the node address, else a guess."""
+    value = os.environ.get("ATOM_HOST_IP", "").strip()
+    if value:
+        return value
+    node = node_ip()
+    if node:
+        return node
+    return host if host not in WILDCARDS else "127.0.0.1"
+
+
+def kv_timeout() -> float:
+    """``ATOMSIM_KV_TIMEOUT``: seconds a decode waits for write-done before failing."""
+    return max(0.1, _float("ATOMSIM_KV_TIMEOUT", 30.0))

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Tear down what up.sh started, by PID, and put back every file it touched:
+#   jobs cancelled; sshd + slurmd of every lab host, then every process still inside a lab
+#   network namespace (job steps, ssh sessions, srun clients on the login host); slurmctld,
+#   slurmdbd, and munged / MariaDB only if up.sh started them; the accounting database and user;
+#   namespaces, veths, bridge; /etc/hosts block; /etc/slurm files (originals restored); paths
+#   up.sh created. Packages stay installed; $LAB keeps logs and keys (PURGE=1 deletes $LAB).
+# Exits 0 when nothing is up.
+set -uo pipefail
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+source "$HERE/lib.sh"
+[ "$(id -u)" = 0 ] || { echo "down.sh: must run as root" >&2; exit 2; }
+did=
+
+pids_in() { [ -e "$RUN/$1" ] || return 0; local p; p=$(cat "$RUN/$1" 2>/dev/null); rm -f "$RUN/$1"; [ -n "$p" ] && echo "$p"; return 0; }
+
+rm -f "$RUN/up.ok"
+# 1. cancel jobs while slurmctld + slurmd are still up, so slurmstepd's end cleanly
+if pidfile_alive "$RUN/slurmctld.pid"; then
+  did=1
+  jobs=$(timeout 5 squeue -h -o %i 2>/dev/null | tr '\n' ' ')
+  if [ -n "${jobs// }" ]; then
+    timeout 5 scancel $jobs 2>/dev/null
+    for i in $(seq 50); do [ -z "$(timeout 2 squeue -h -o %i 2>/dev/null)" ] && break; sleep 0.1; done
+  fi
+fi
+
+# 2. daemons of the lab hosts, then whatever is left in their network namespaces
+p=$(for h in "${HOSTS[@]}"; do pids_in "sshd-$h.pid"; pids_in "slurmd-$h.pid"; done)
+[ -n "$p" ] && did=1
+stop_pids $p
+for round in 1 2 3; do              # a dying job step can fork once more: look again
+  p=$(for h in "${HOSTS[@]}"; do [ -e "/run/netns/$h" ] && ip netns pids "$h" 2>/dev/null; done)
+  live=; for x in $p; do alive "$x" && live="$live $x"; done
+  [ -z "$live" ] && break
+  did=1; stop_pids $live
+done
+
+# 3. daemons on this machine (munged / MariaDB only if up.sh started them: pid file in $RUN)
+p=$(pids_in slurmctld.pid); [ -n "$p" ] && did=1; stop_pids $p
+p=$(pids_in slurmdbd.pid);  [ -n "$p" ] && did=1; stop_pids $p
+if [ -e "$RUN/acct-db" ]; then     # the accounting DB + user up.sh created
+  if mariadb -e 'select 1' >/dev/null 2>&1; then
+    mariadb -e "DROP DATABASE IF EXISTS atomdeck_lab_acct; DROP USER IF EXISTS 'atomdeck_lab'@'localhost';" 2>/dev/null
+  fi
+  rm -f "$RUN/acct-db"
+fi
+p=$(pids_in mariadbd.pid); [ -n "$p" ] && did=1; STOP_WAIT=15 stop_pids $p
+p=$(pids_in munged.pid);   [ -n "$p" ] && did=1; stop_pids $p
+[ -e /run/munge/munged.pid ] && ! pidfile_alive /run/munge/munged.pid && rm -f /run/munge/munged.pid
+
+# 4. network + UTS namespaces
+for h in "${HOSTS[@]}"; do
+  [ -e "/run/netns/$h" ] && { did=1; ip netns del "$h" 2>/dev/null; }
+  ip link del "$(veth "$h")" 2>/dev/null
+  if [ -e "$UTSDIR/$h" ]; then umount "$UTSDIR/$h" 2>/dev/null; rm -f "$UTSDIR/$h"; fi
+done
+ip link show "$LAB_BRIDGE" >/dev/null 2>&1 && { did=1; ip link del "$LAB_BRIDGE"; }
+
+# 5. files outside $LAB
+if grep -q "# $MARK BEGIN" /etc/hosts; then
+  did=1
+  sed "/# $MARK BEGIN/,/# $MARK END/d" /etc/hosts > "$LAB/hosts.new" && cat "$LAB/hosts.new" > /etc/hosts
+  rm -f "$LAB/hosts.new"
+fi
+for f in slurm.conf gres.conf slurmdbd.conf; do
+  if [ -e "$BACKUP/$f.orig" ]; then
+    did=1; mv -f "$BACKUP/$f.orig" "/etc/slurm/$f"
+  elif [ -e "/etc/slurm/$f" ] && grep -q "$MARK" "/etc/slurm/$f"; then
+    did=1; rm -f "/etc/slurm/$f"
+  fi
+done
+rm -f "$BACKUP/hosts.orig"
+if [ -s "$RUN/created" ]; then      # paths up.sh created, newest first
+  did=1
+  tac "$RUN/created" | while read -r path; do
+    if [ -d "$path" ]; then rmdir "$path" 2>/dev/null; else rm -f "$path"; fi
+  done
+  rm -f "$RUN/created"
+fi
+[ -n "${PURGE:-}" ] && rm -rf "$LAB"
+if [ -n "$did" ]; then t "lab down"; else echo "lab not up: nothing to do"; fi
+exit 0
