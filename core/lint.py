@@ -177,8 +177,8 @@ def _ports(plan: Plan, procs: list[ProcessSpec], _c: Catalog | None) -> list[Fin
     out = []
     by_node: dict[str, dict[int, list[str]]] = defaultdict(lambda: defaultdict(list))
     for p in procs:
-        for port in p.ports:
-            by_node[p.node][port].append(_port_use(plan, p, port))
+        for port, use in _port_uses(plan, p):
+            by_node[p.node][port].append(use)
     for node, ports in by_node.items():
         for port, users in sorted(ports.items()):
             if len(users) > 1:
@@ -188,15 +188,18 @@ def _ports(plan: Plan, procs: list[ProcessSpec], _c: Catalog | None) -> list[Fin
     return out
 
 
-def _port_use(plan: Plan, p: ProcessSpec, port: int) -> str:
+def _port_uses(plan: Plan, p: ProcessSpec) -> list[tuple[int, str]]:
+    """Each port a process listens on, with what it is for."""
     if p.role == "router":
-        return "the router" if port == plan.router.port else "the router's prometheus"
+        return [(plan.router.port, "the router"), (plan.router.prometheus_port, "the router's prometheus")]
     ep = plan.endpoint(p.name)
-    if port == ep.http_port:
-        return f"{p.name} HTTP"
-    if port == ep.engine_port:
-        return f"{p.name} engine port"
-    return f"{p.name} handshake block {ep.handshake_ports[0]}-{ep.handshake_ports[-1]}"
+    uses = [(ep.http_port, f"{p.name} HTTP")]
+    if ep.handshake_ports:
+        block = f"{p.name} handshake block {ep.handshake_ports[0]}-{ep.handshake_ports[-1]}"
+        uses += [(port, block) for port in ep.handshake_ports]
+    if ep.engine_port is not None:
+        uses.append((ep.engine_port, f"{p.name} engine port"))
+    return uses
 
 
 @rule("max-num-seqs")
