@@ -13,16 +13,7 @@ import re
 
 _TOKEN_RE = re.compile(r"\w+|[^\w\s]")
 
-VOCAB = (
-    "the of and to in is that for it as with was on be by at this are from or an but not which "
-    "all one have they you were her his their has more will if can when there so been some what "
-    "into other than then its only two these may new also time first could any like over such "
-    "our way even most made after many before well must through back years where much your "
-    "cache block prefill decode token kernel tensor rank node port router engine mooncake "
-    "transfer handshake latency throughput batch stream graph expert layer attention memory "
-    "queue request worker barrier signal model weight shard quant scale vector matrix sample "
-    "river stone cloud light north quiet amber signal garden winter copper silver harbor lantern"
-).split()
+VOCAB = ["the", "of", "and", "to", "in", "is", "that", "for", "it", "as", "with", "was", "on", "be", "by", "at", "this", "are", "from", "or", "an", "but", "not", "which", "all", "one", "have", "they", "you", "were", "her", "his", "their", "has", "more", "will", "if", "can", "when", "there", "so", "been", "some", "what", "into", "other", "than", "then", "its", "only", "two", "these", "may", "new", "also", "time", "first", "could", "any", "like", "over", "such", "our", "way", "even", "most", "made", "after", "many", "before", "well", "must", "through", "back", "years", "where", "much", "your", "cache", "block", "prefill", "decode", "token", "kernel", "tensor", "rank", "node", "port", "router", "engine", "mooncake", "transfer", "handshake", "latency", "throughput", "batch", "stream", "graph", "expert", "layer", "attention", "memory", "queue", "request", "worker", "barrier", "signal", "model", "weight", "shard", "quant", "scale", "vector", "matrix", "sample", "river", "stone", "cloud", "light", "north", "quiet", "amber", "signal", "garden", "winter", "copper", "silver", "harbor", "lantern"]
 
 
 def tokenize(text: str) -> list[str]:

@@ -38,9 +38,7 @@ def targets_me(only: str | None, addresses: set[str], port: int) -> bool:
     ip, _, want_port = only.strip().partition(":")
     if ip and ip not in addresses:
         return False
-    if want_port and str(port) != want_port.strip():
-        return False
-    return True
+    return not (want_port and str(port) != want_port.strip())
 
 
 @dataclass
@@ -76,8 +74,8 @@ class Faults:
             else:
                 atomlog.err(f"atomsim: unknown ATOMSIM_CRASH_AT stage {stage!r} (known: {', '.join(stages)})")
         handshake = env.get("ATOMSIM_HANDSHAKE", "").strip().lower() or None
-        if handshake not in (None, "refuse", "break"):
-            atomlog.err(f"atomsim: unknown ATOMSIM_HANDSHAKE {handshake!r} (known: refuse, break)")
+        if handshake not in (None, "refuse", "break", "lose"):
+            atomlog.err(f"atomsim: unknown ATOMSIM_HANDSHAKE {handshake!r} (known: refuse, break, lose)")
             handshake = None
         return cls(
             stages=stages,

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import traceback
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Awaitable, Callable
+from typing import Any
 from urllib.parse import urlsplit
 
 REASONS = {
@@ -96,9 +98,9 @@ class HttpServer:
                     break
                 keep_alive = request.headers.get("connection", "").lower() != "close"
                 response = await self._dispatch(request)
-                await self._write_response(writer, response, keep_alive)
-                if self.access_log:
+                if self.access_log:             # uvicorn logs when the response starts
                     self.access_log(request, response.status)
+                await self._write_response(writer, response, keep_alive)
                 if not keep_alive:
                     break
         except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError):
@@ -137,6 +139,9 @@ class HttpServer:
             return await handler(request)
         except json.JSONDecodeError as e:
             return json_response({"detail": f"Invalid JSON body: {e}"}, 400)
+        except Exception as e:  # noqa: BLE001 - a bug must not leave the client hanging
+            traceback.print_exc()
+            return json_response({"detail": f"{type(e).__name__}: {e}"}, 500)
 
     async def _write_response(self, writer: asyncio.StreamWriter, response: Response, keep_alive: bool) -> None:
         headers = {"content-type": response.content_type, **response.headers}
@@ -158,9 +163,12 @@ class HttpServer:
                 if chunk:
                     writer.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
                     await writer.drain()
-        finally:
             writer.write(b"0\r\n\r\n")
             await writer.drain()
+        finally:
+            aclose = getattr(response.stream, "aclose", None)
+            if aclose is not None:
+                await aclose()
 
 
 async def _read_chunked(reader: asyncio.StreamReader) -> bytes:
@@ -217,6 +225,8 @@ def _describe(url: str, exc: BaseException) -> str:
     """A reqwest-like description of a transport error."""
     if isinstance(exc, asyncio.TimeoutError):
         return f"error sending request for url ({url}): operation timed out"
+    if isinstance(exc, (asyncio.IncompleteReadError, ConnectionResetError, BrokenPipeError)):
+        return f"error sending request for url ({url}): connection closed before message completed"
     if isinstance(exc, ConnectionRefusedError):
         return (f"error sending request for url ({url}): client error (Connect): "
                 f"tcp connect error: Connection refused (os error 111)")
@@ -244,7 +254,7 @@ async def request(method: str, url: str, body: Any = None, *, timeout: float = 3
         writer.write(head.encode("latin-1") + payload)
         await writer.drain()
         status, resp_headers = await asyncio.wait_for(_read_head(reader), timeout)
-    except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError, ValueError) as e:
+    except (TimeoutError, OSError, asyncio.IncompleteReadError, ValueError) as e:
         if writer is not None:
             writer.close()
         raise ClientError(_describe(url, e)) from e
@@ -285,7 +295,7 @@ async def _body_chunks(reader: asyncio.StreamReader, headers: dict[str, str], ti
         else:
             while data := await asyncio.wait_for(reader.read(65536), timeout):
                 yield data
-    except (OSError, asyncio.TimeoutError, asyncio.IncompleteReadError) as e:
+    except (TimeoutError, OSError, asyncio.IncompleteReadError) as e:
         raise ClientError(_describe(url, e)) from e
 
 

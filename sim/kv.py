@@ -15,72 +15,29 @@ same latent KV. The flow is ATOM's push model, with JSON lines over TCP in place
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import hashlib
 import json
-import mmap
-import socket
-import time
-from collections import deque
+import os
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Any
 
 from . import atomlog, simenv
+from .kv_memory import (
+    BYTES_PER_BLOCK,
+    MAX_CHUNK,
+    NUM_BLOCKS,
+    BlockAllocator,
+    KVTransferError,
+    PrefillBlocks,
+    Region,
+    free_port,
+)
 
-BYTES_PER_BLOCK = 2048
-NUM_BLOCKS = 1024
-MAX_CHUNK = 2 * 1024**3 - 64 * 1024
+__all__ = ["BYTES_PER_BLOCK", "NUM_BLOCKS", "KVTransferError", "MooncakeConnector"]
+
 PREFILL_LOOKUP_TIMEOUT = 60.0
 RDMA_RETRIES = 3
 log = atomlog.atom
-
-
-class KVTransferError(RuntimeError):
-    """A KV transfer that did not deliver the right bytes."""
-
-
-class Region:
-    """One rank's registered KV memory (anonymous mmap: untouched pages cost no RSS)."""
-
-    def __init__(self, size: int):
-        self.mm = mmap.mmap(-1, size)
-        self.size = size
-        self.base = ctypes.addressof(ctypes.c_char.from_buffer(self.mm))
-
-    def write(self, block: int, data: bytes) -> None:
-        off = block * BYTES_PER_BLOCK
-        self.mm[off:off + len(data)] = data
-
-    def read(self, block: int) -> bytes:
-        off = block * BYTES_PER_BLOCK
-        return self.mm[off:off + BYTES_PER_BLOCK]
-
-
-class BlockAllocator:
-    def __init__(self, count: int):
-        self.free_ids = deque(range(count))
-
-    def alloc(self, count: int) -> list[int] | None:
-        if count > len(self.free_ids):
-            return None
-        return [self.free_ids.popleft() for _ in range(count)]
-
-    def release(self, ids: list[int]) -> None:
-        self.free_ids.extend(ids)
-
-
-@dataclass
-class _Prefill:
-    block_ids: list[int]
-    served: int = 0
-    created: float = field(default_factory=time.monotonic)
-
-
-def free_port(host: str) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 class MooncakeConnector:
@@ -106,7 +63,7 @@ class MooncakeConnector:
         self.scheduler_port = 0
         self.notification_port = 0
         self._servers: list[asyncio.Server] = []
-        self._prefills: dict[int, _Prefill] = {}
+        self._prefills: dict[int, PrefillBlocks] = {}
         self._prefill_ready: dict[int, asyncio.Event] = {}
         self._done: dict[int, int] = {}
         self._done_events: dict[int, tuple[int, asyncio.Event]] = {}
@@ -128,7 +85,7 @@ class MooncakeConnector:
         return TransferEngine
 
     def ib_device(self) -> str:
-        dev = self.cfg.get("ib_device", "") or __import__("os").environ.get("ATOM_MOONCAKE_IB_DEVICE", "")
+        dev = self.cfg.get("ib_device", "") or os.environ.get("ATOM_MOONCAKE_IB_DEVICE", "")
         if dev:
             return dev
         if self.protocol == "tcp":
@@ -213,7 +170,11 @@ class MooncakeConnector:
         for rank in self.rank_group(dp_rank):
             for i, block in enumerate(block_ids):
                 self.regions[rank].write(block, kv[i * BYTES_PER_BLOCK:(i + 1) * BYTES_PER_BLOCK])
-        self._prefills[transfer_id] = _Prefill(block_ids)
+        if self.fault == "lose":
+            # The "lose" fault: the blocks are never handed to the write listener.
+            self.alloc.release(block_ids)
+            return block_ids
+        self._prefills[transfer_id] = PrefillBlocks(block_ids)
         self._prefill_ready.setdefault(transfer_id, asyncio.Event()).set()
         log(f"[PRODUCER] Cached {len(block_ids)} prefill blocks (slot=-1) for req {transfer_id}")
         return block_ids
@@ -238,11 +199,11 @@ class MooncakeConnector:
         finally:
             writer.close()
 
-    async def _wait_for_prefill(self, transfer_id: int) -> _Prefill | None:
+    async def _wait_for_prefill(self, transfer_id: int) -> PrefillBlocks | None:
         event = self._prefill_ready.setdefault(transfer_id, asyncio.Event())
         try:
             await asyncio.wait_for(event.wait(), max(0.5, simenv.scaled(PREFILL_LOOKUP_TIMEOUT)))
-        except asyncio.TimeoutError:
+        except TimeoutError:
             self._prefill_ready.pop(transfer_id, None)
             return None
         return self._prefills.get(transfer_id)
@@ -299,8 +260,9 @@ class MooncakeConnector:
             writer.write((json.dumps({"type": "write_done", "request_id": req_id}) + "\n").encode())
             await writer.drain()
             writer.close()
-        except (OSError, asyncio.TimeoutError) as e:
-            log(f"[PRODUCER] Failed to send write-done for req {req_id} to tcp://{host}:{port}: {e}")
+        except (TimeoutError, OSError) as e:
+            reason = os.strerror(e.errno) if isinstance(e, OSError) and e.errno else type(e).__name__
+            log(f"[PRODUCER] Failed to send write-done for req {req_id} to tcp://{host}:{port}: {reason}")
             return
         log(f"[PRODUCER] write-done sent for req {req_id}")
 
@@ -358,7 +320,7 @@ class MooncakeConnector:
             timeout = simenv.kv_timeout()
             try:
                 await asyncio.wait_for(done.wait(), timeout)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 log(f"[CONSUMER] Timed out waiting for write-done for req {req_id} "
                     f"(transfer_id={transfer_id}) after {timeout:.1f}s")
                 raise KVTransferError(f"timed out after {timeout:.1f}s waiting for KV of req {req_id} "
@@ -390,8 +352,9 @@ class MooncakeConnector:
             writer.write((json.dumps(request) + "\n").encode())
             await writer.drain()
             writer.close()
-        except (OSError, asyncio.TimeoutError) as e:
-            reason = e.strerror if isinstance(e, OSError) and e.strerror else type(e).__name__
+        except (TimeoutError, OSError) as e:
+            reason = (os.strerror(e.errno) if isinstance(e, OSError) and e.errno
+                      else str(e) or type(e).__name__)
             log(f"[CONSUMER] Failed to send write_request for req {req_id} to {addr}: {reason}")
             raise KVTransferError(f"write_request for req {req_id} to {addr} failed: {reason}") from e
         log(f"[CONSUMER] write_request sent for req {req_id} to {addr}")

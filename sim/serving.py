@@ -6,8 +6,9 @@ import itertools
 import json
 import time
 import uuid
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Callable
+from typing import Any
 
 from . import atomlog, engine, simenv
 from .httpd import Request, Response, json_response, sse_response

@@ -1,0 +1,334 @@
+"""Simulated ``atomesh launch``: AToMesh's startup order, endpoints and shutdown.
+
+Startup (atom/mesh/src/main.rs + server.rs): banner, metrics server, register every worker
+(``/health`` probes with back-off, each failure logged), query each ATOM prefill's
+``/kv_transfer_info`` (abort with exit 1 on a role other than ``kv_producer``), and only then
+bind the router port. SIGTERM/SIGINT shut down gracefully with exit code 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+import time
+
+from . import atomlog, httpd, simenv
+from .faults import ROUTER_STAGES, Faults, rust_error
+from .httpd import ClientError, HttpServer, Request, Response, json_response, text_response
+from .relay import Relay, WorkerEntry, error_response, policy_debug
+from .router_args import parse
+
+SERVER = "mesh::server"
+REGISTER = "mesh::core::steps::worker::local::detect_connection"
+
+
+def rust_option(value) -> str:
+    return "None" if value is None else f"Some({value})"
+
+
+class Router:
+    def __init__(self, args, prefills: list[tuple[str, int | None]]):
+        self.args = args
+        self.prefills = prefills
+        self.bind_host = simenv.bind_host(args.host)
+        self.faults = Faults.from_env(ROUTER_STAGES, {self.bind_host, simenv.node_ip() or ""}, args.port)
+        if args.pd_disaggregation:
+            self.expected = ([WorkerEntry(url, "prefill", port) for url, port in prefills]
+                             + [WorkerEntry(url, "decode") for url in args.decode])
+        else:
+            self.expected = [WorkerEntry(url, "regular") for url in args.worker_urls]
+        self.registry: list[WorkerEntry] = []
+        self.tp_sizes: dict[str, int] = {}
+        self.relay = Relay(args, self.registry, self.tp_sizes)
+        self.http: HttpServer | None = None
+        self.in_flight = 0
+        self.first_request_seen = False
+        self.stopping = False
+
+    # ---- text ----------------------------------------------------------------------------
+
+    def mode_debug(self) -> str:
+        a = self.args
+        if a.pd_disaggregation:
+            prefills = ", ".join(f'("{u}", {rust_option(p)})' for u, p in self.prefills)
+            pp = rust_option(policy_debug(a.prefill_policy, a) if a.prefill_policy else None)
+            dp = rust_option(policy_debug(a.decode_policy, a) if a.decode_policy else None)
+            return (f"PrefillDecode {{ prefill_urls: [{prefills}], decode_urls: {atomlog.rust_list(a.decode)}, "
+                    f"prefill_policy: {pp}, decode_policy: {dp} }}")
+        return f"Regular {{ worker_urls: {atomlog.rust_list(a.worker_urls)} }}"
+
+    def banner(self) -> None:
+        a = self.args
+        atomlog.out("Atomesh starting...")
+        atomlog.out(f"Host: {a.host}:{a.port}")
+        atomlog.out(f"Mode: {'PD Disaggregated' if a.pd_disaggregation else f'Regular ({a.backend})'}")
+        atomlog.out(f"Policy: {a.policy}")
+        if a.pd_disaggregation and self.prefills:
+            prefills = ", ".join(f'("{u}", {rust_option(p)})' for u, p in self.prefills)
+            atomlog.out(f"Prefill nodes: [{prefills}]")
+            atomlog.out(f"Decode nodes: {atomlog.rust_list(a.decode)}")
+
+    def maybe_crash(self, stage: str) -> None:
+        if not self.faults.crashes_at(stage):
+            return
+        first = self.expected[0].url if self.expected else "http://127.0.0.1:8000"
+        messages = {
+            "start": "Failed to submit worker initialization job: channel closed",
+            "workers": "Failed to create router: worker registry is unavailable",
+            "kv_info": (f"GET {first}/kv_transfer_info failed: error sending request for url "
+                        f"({first}/kv_transfer_info): connection closed before message completed"),
+            "ready": "Failed to create router: policy registry is unavailable",
+            "serving": "router task failed: connection reset by peer",
+        }
+        rust_error(messages[stage], self.faults.crash_code)
+
+    # ---- life cycle ----------------------------------------------------------------------
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, lambda s=sig: loop.create_task(self.shutdown(s)))
+        a = self.args
+        atomlog.set_rust_level(a.log_level)
+        self.banner()
+        if a.pd_disaggregation and (not self.prefills or not a.decode):
+            rust_error("Configuration error: PD mode requires at least one prefill and one decode worker "
+                       "(--prefill URL, --decode URL)")
+        self.maybe_crash("start")
+        await self.start_metrics()
+        atomlog.rust("info", SERVER, f"Starting router on {a.host}:{a.port} | mode: {self.mode_debug()} | "
+                                     f"policy: {policy_debug(a.policy, a)} | max_payload: "
+                                     f"{a.max_payload_size // (1024 * 1024)}MB")
+        atomlog.rust("info", SERVER, f"Initializing workers for routing mode: {self.mode_debug()}")
+        atomlog.rust("info", SERVER, "Worker initialization job submitted (will complete in background)")
+        await self.register_workers()
+        healthy = sum(1 for w in self.registry if w.healthy)
+        atomlog.rust("info", SERVER, f"Workers initialized: {len(self.registry)} total, {healthy} healthy")
+        self.maybe_crash("workers")
+        if a.pd_disaggregation and a.backend == "atom":
+            await self.fetch_atom_prefill_info()
+        elif a.pd_disaggregation and a.backend == "vllm":
+            await self.fetch_vllm_bootstrap()
+        self.maybe_crash("kv_info")
+        if a.disable_health_check:
+            atomlog.rust("info", SERVER, "Global health checks disabled via CLI/config; skipping health checker")
+        else:
+            loop.create_task(self.health_checker())
+        if a.max_concurrent_requests == -1:
+            atomlog.rust("info", SERVER, "Rate limiting is disabled (max_concurrent_requests = -1)")
+        atomlog.rust("info", SERVER, f"Router ready | workers: {atomlog.rust_list([w.url for w in self.registry])}")
+        self.maybe_crash("ready")
+        if self.faults.never_bind:
+            await asyncio.Event().wait()
+        atomlog.rust("info", SERVER, f"Starting server on {a.host}:{a.port}")
+        self.http = HttpServer(self.routes())
+        try:
+            await self.http.start(self.bind_host, a.port)
+        except OSError as e:
+            atomlog.err(f'Error: Os {{ code: {e.errno}, kind: AddrInUse, message: "{e.strerror}" }}'
+                        if e.errno == 98 else f"Error: {e}")
+            atomlog.hard_exit(1)
+        await asyncio.Event().wait()
+
+    async def start_metrics(self) -> None:
+        a = self.args
+        host = simenv.bind_host(a.prometheus_host)
+        metrics = HttpServer({("GET", "/metrics"): self.metrics})
+        try:
+            await metrics.start(host, a.prometheus_port)
+        except OSError as e:
+            atomlog.rust("error", "mesh::observability::metrics",
+                         f"Failed to start Prometheus exporter on {a.prometheus_host}:{a.prometheus_port}: {e}")
+
+    async def register_workers(self) -> None:
+        start = time.monotonic()
+        deadline = start + self.args.worker_startup_timeout_secs
+        await asyncio.gather(*(self.register(w, deadline) for w in self.expected))
+        missing = [w.url for w in self.expected if w not in self.registry]
+        elapsed = atomlog.rust_duration(time.monotonic() - start)
+        if missing:
+            atomlog.rust("warn", SERVER, f"Timed out waiting for workers: {len(self.registry)} worker(s) registered, "
+                                         f"expected {len(self.expected)} endpoint(s), missing "
+                                         f"{atomlog.rust_list(missing)} after {elapsed}")
+        elif self.expected:
+            atomlog.rust("info", SERVER, f"All {len(self.expected)} expected worker endpoint(s) registered as "
+                                         f"{len(self.registry)} worker(s) (took {elapsed})")
+
+    async def register(self, worker: WorkerEntry, deadline: float) -> None:
+        url = worker.url.rstrip("/") + self.args.health_check_endpoint
+        attempt, delay = 0, 0.5
+        while True:
+            attempt += 1
+            try:
+                answer = await httpd.request("GET", url, timeout=self.args.health_check_timeout_secs)
+                if answer.status == 200:
+                    break
+                why = f"HTTP status {httpd.reason(answer.status)} ({answer.status})"
+            except ClientError as e:
+                why = str(e)
+            if time.monotonic() + delay > deadline:
+                atomlog.rust("error", REGISTER, f"Worker {worker.url} did not become healthy after {attempt} "
+                                                f"attempt(s): {why}")
+                return
+            atomlog.rust("warn", REGISTER, f"Health check failed for {worker.url} (attempt {attempt}): {why}; "
+                                           f"retrying in {delay:.1f}s")
+            await asyncio.sleep(delay)
+            delay = min(delay * 1.5, 2.0)
+        worker.healthy = True
+        self.registry.append(worker)
+        self.registry.sort(key=self.expected.index)     # keep the command line's order
+        atomlog.rust("info", "mesh::core::worker_manager",
+                     f"Registered {worker.worker_type} worker {worker.url} (id={worker.id})")
+
+    async def fetch_atom_prefill_info(self) -> None:
+        prefills = [w for w in self.registry if w.worker_type == "prefill"]
+        if not prefills:
+            rust_error("ATOM PD mode requires at least one prefill worker")
+        for worker in prefills:
+            base = worker.url.rstrip("/")
+            info_url = f"{base}/kv_transfer_info"
+            atomlog.rust("info", "mesh::routers::http_pd_router", f"Querying ATOM prefill kv_transfer_info: {info_url}")
+            try:
+                answer = await httpd.request("GET", info_url, timeout=30)
+            except ClientError as e:
+                rust_error(f"GET {info_url} failed: {e}")
+            if answer.status != 200:
+                rust_error(f"{info_url} returned {answer.status} {httpd.reason(answer.status)}")
+            try:
+                data = answer.json()
+            except ValueError as e:
+                rust_error(f"Parse {info_url} response: {e}")
+            tp = data.get("tp_size") if isinstance(data, dict) else None
+            if not isinstance(tp, int) or tp < 0:
+                rust_error(f"Missing tp_size in {info_url} response")
+            role = data.get("kv_role")
+            if role != "kv_producer":
+                rust_error(f"{base} is not a prefill (kv_role={atomlog.rust_str(role if isinstance(role, str) else None)}, "
+                           f"expected kv_producer)")
+            atomlog.rust("info", "mesh::routers::http_pd_router", f"ATOM prefill {base} tp_size={tp}")
+            worker.tp_size = tp
+            self.tp_sizes[worker.url] = tp
+
+    async def fetch_vllm_bootstrap(self) -> None:
+        for worker in (w for w in self.registry if w.worker_type == "prefill"):
+            host = worker.url.split("://", 1)[-1].rsplit(":", 1)[0]
+            addr = f"http://{host}:{worker.bootstrap_port or 8998}"
+            atomlog.rust("info", "mesh::routers::http_pd_router", f"Querying vLLM prefill bootstrap: {addr}/query")
+            try:
+                answer = await httpd.request("GET", f"{addr}/query", timeout=30)
+            except ClientError as e:
+                rust_error(f"Failed to query vLLM bootstrap at {addr}/query: {e}")
+            if answer.status != 200:
+                rust_error(f"vLLM bootstrap {addr}/query returned status {answer.status}")
+
+    async def health_checker(self) -> None:
+        while True:
+            await asyncio.sleep(self.args.health_check_interval_secs)
+            for worker in list(self.registry):
+                try:
+                    answer = await httpd.request("GET", worker.url + self.args.health_check_endpoint,
+                                                 timeout=self.args.health_check_timeout_secs)
+                    ok = answer.status == 200
+                except ClientError:
+                    ok = False
+                if ok != worker.healthy:
+                    atomlog.rust("warn" if not ok else "info", "mesh::core::worker_registry",
+                                 f"Worker {worker.url} is now {'healthy' if ok else 'unhealthy'}")
+                worker.healthy = ok
+
+    # ---- endpoints -----------------------------------------------------------------------
+
+    def routes(self) -> dict:
+        return {
+            ("GET", "/health"): self.liveness,
+            ("GET", "/liveness"): self.liveness,
+            ("GET", "/readiness"): self.readiness,
+            ("GET", "/workers"): self.workers,
+            ("GET", "/v1/models"): self.models,
+            ("POST", "/v1/completions"): self.completions,
+            ("POST", "/v1/chat/completions"): self.completions,
+        }
+
+    async def metrics(self, _req: Request) -> Response:
+        healthy = sum(1 for w in self.registry if w.healthy)
+        return text_response(f"# TYPE mesh_workers_healthy gauge\nmesh_workers_healthy {healthy}\n"
+                             f"# TYPE mesh_workers_total gauge\nmesh_workers_total {len(self.registry)}\n")
+
+    async def liveness(self, _req: Request) -> Response:
+        return text_response("OK")
+
+    async def readiness(self, _req: Request) -> Response:
+        healthy = [w for w in self.registry if w.healthy]
+        if self.args.pd_disaggregation:
+            ready = any(w.worker_type == "prefill" for w in healthy) and any(w.worker_type == "decode" for w in healthy)
+        else:
+            ready = bool(healthy)
+        body = {"status": "ready" if ready else "not_ready", "healthy_workers": len(healthy),
+                "total_workers": len(self.registry)}
+        return json_response(body, 200 if ready else 503)
+
+    async def workers(self, _req: Request) -> Response:
+        counts = {kind: sum(1 for w in self.registry if w.worker_type == kind)
+                  for kind in ("prefill", "decode", "regular")}
+        return json_response({"workers": [w.info() for w in self.registry], "total": len(self.registry),
+                              "stats": {f"{k}_count": v for k, v in counts.items()}})
+
+    async def models(self, _req: Request) -> Response:
+        kind = "prefill" if self.args.pd_disaggregation else "regular"
+        workers = [w for w in self.registry if w.worker_type == kind]
+        if not workers:
+            return error_response(503, "no_prefill_servers", "No prefill servers available")
+        try:
+            answer = await httpd.request("GET", f"{workers[0].url}/v1/models", timeout=30)
+        except ClientError as e:
+            atomlog.rust("error", "mesh::routers::http_pd_router", f"Failed to proxy request server: {e}")
+            return error_response(500, "proxy_request_failed", f"Failed to proxy request: {e}")
+        if answer.status != 200:
+            return error_response(answer.status, "server_error",
+                                  f"Server returned status: {answer.status} {httpd.reason(answer.status)}")
+        return Response(200, answer.body, answer.headers.get("content-type", "application/json"))
+
+    async def completions(self, req: Request) -> Response:
+        if not self.first_request_seen:
+            self.first_request_seen = True
+            self.maybe_crash("serving")
+        try:
+            body = req.json()
+        except ValueError as e:
+            return error_response(400, "invalid_json", f"Failed to parse the request body as JSON: {e}")
+        if not isinstance(body, dict):
+            return error_response(422, "invalid_request", "Failed to deserialize the JSON body: expected an object")
+        self.in_flight += 1
+        try:
+            response = await self.relay.route(req.path, body)
+        finally:
+            self.in_flight -= 1
+        return response
+
+    async def shutdown(self, sig: int) -> None:
+        if self.stopping:
+            return
+        self.stopping = True
+        what = "Ctrl+C" if sig == signal.SIGINT else "terminate signal"
+        atomlog.rust("info", SERVER, f"Received {what}, starting graceful shutdown")
+        if self.http is not None and self.http.server is not None:
+            self.http.server.close()
+        deadline = time.monotonic() + self.args.shutdown_grace_period_secs
+        while self.in_flight and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        atomlog.hard_exit(0)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of the ``atomesh`` shim."""
+    atomlog.setup_streams()
+    argv = sys.argv[1:] if argv is None else argv
+    if any(a in ("--version", "-V", "--version-verbose") for a in argv):
+        atomlog.out("atom-mesh 0.1.0 (atomdeck simulator)")
+        return
+    args, prefills = parse(argv)
+    try:
+        asyncio.run(Router(args, prefills).run())
+    except KeyboardInterrupt:
+        atomlog.hard_exit(0)

@@ -1,0 +1,1 @@
+"""atomdeck simulator shim standing in for ATOM (see atomdeck.sim)."""

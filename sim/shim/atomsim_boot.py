@@ -1,0 +1,25 @@
+"""Make ``atomdeck.sim`` importable for the shims, installed or straight from a checkout."""
+
+import importlib.util
+import sys
+import types
+from pathlib import Path
+
+
+def ensure() -> None:
+    try:
+        import atomdeck.sim  # noqa: F401
+        return
+    except ModuleNotFoundError as e:
+        if e.name not in ("atomdeck", "atomdeck.sim"):
+            raise
+    sim_dir = Path(__file__).resolve().parent.parent
+    parent = sys.modules.get("atomdeck") or types.ModuleType("atomdeck")
+    if not hasattr(parent, "__path__"):
+        parent.__path__ = []
+    sys.modules["atomdeck"] = parent
+    spec = importlib.util.spec_from_file_location(
+        "atomdeck.sim", sim_dir / "__init__.py", submodule_search_locations=[str(sim_dir)])
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["atomdeck.sim"] = module
+    spec.loader.exec_module(module)
