@@ -3,7 +3,7 @@
 from pathlib import Path
 
 import pytest
-from simhelpers import Spawner
+from .simhelpers import Spawner
 
 
 @pytest.fixture
