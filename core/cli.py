@@ -85,9 +85,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.cmd is None or args.cmd == "tui":
             return _tui(args)
-        from . import cli_cmds
-
-        return getattr(cli_cmds, f"cmd_{args.cmd}")(args)
+        if args.cmd in ("plan", "lint", "nodes"):
+            from . import cli_cmds as verbs
+        else:
+            from . import cli_run as verbs  # type: ignore[no-redef]
+        return getattr(verbs, f"cmd_{args.cmd}")(args)
     except ConfigError as e:
         print("atomdeck: the configuration has problems:", file=sys.stderr)
         for issue in e.issues:

@@ -1,0 +1,90 @@
+"""Why a run is not serving, in one line and in detail: the missing barrier cells, whether their
+processes are alive, what stage they are in, and their last log lines."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from .events import TERMINAL, CellState, ProcState, RunState
+
+STALL_AFTER_S = 60.0  # no new log line for this long while not up: call it stalled
+
+
+@dataclass
+class Diagnosis:
+    headline: str
+    blocking: list[CellState] = field(default_factory=list)  # barrier cells still missing
+    details: list[str] = field(default_factory=list)
+    culprit: str | None = None  # the process to look at first
+
+
+def _ago(t: float, now: float) -> str:
+    s = max(0.0, now - t)
+    return f"{s:.0f}s" if s < 120 else f"{s / 60:.0f}m"
+
+
+def _last(p: ProcState) -> str:
+    for line in reversed(p.errors or []):
+        return line.strip()[:160]
+    for line in reversed(p.last_lines):
+        if line.strip():
+            return line.strip()[:160]
+    return "(no output yet)"
+
+
+def describe_proc(p: ProcState, now: float) -> str:
+    if p.alive is False or p.stage in TERMINAL:
+        how = p.exit_detail or (f"exit {p.exit_code}" if p.exit_code is not None else "gone")
+        return f"{p.name} on {p.node} {how}; last: {_last(p)}"
+    quiet = now - p.last_line_at if p.last_line_at else None
+    stall = f", silent for {_ago(p.last_line_at, now)}" if quiet and quiet > STALL_AFTER_S else ""
+    return (f"{p.name} on {p.node} alive, {p.stage.replace('_', ' ')} for {_ago(p.since or now, now)}{stall}; "
+            f"last: {_last(p)}")
+
+
+def diagnose(s: RunState, now: float | None = None) -> Diagnosis:
+    """The most useful explanation of the run's current state."""
+    now = now or time.time()
+    if s.status in ("stopped", "stopping"):
+        return Diagnosis(f"run {s.status}")
+    dead = [p for p in s.procs.values() if p.stage == "failed" or (p.alive is False and p.stage != "stopped")]
+    missing = [c for c in s.cells.values() if c.state != "open"]
+    # the router binds only after every worker registered: while a worker port is missing, the router's
+    # cell is a consequence, not a cause
+    workers_missing = [c for c in missing if c.kind != "router"]
+    blocking = workers_missing or missing
+    if dead:
+        first = min(dead, key=lambda p: p.since or now)
+        return Diagnosis(f"{describe_proc(first, now)}", blocking,
+                         [describe_proc(p, now) for p in dead], first.name)
+    for pr in s.pairs.values():
+        if pr.stage == "failed":
+            return Diagnosis(f"KV handshake {pr.prefill} -> {pr.decode} failed: {pr.failed}", blocking,
+                             [describe_proc(s.procs[n], now) for n in (pr.prefill, pr.decode) if n in s.procs],
+                             pr.decode)
+    failed_checks = [c for c in s.checks.values() if c.ok is False]
+    if s.status == "serving":
+        return Diagnosis(f"serving: {s.readiness()}")
+    if blocking:
+        owners: dict[str, list[CellState]] = {}
+        for c in blocking:
+            owners.setdefault(c.owner or c.node, []).append(c)
+        details = []
+        for owner, cells in owners.items():
+            ports = ", ".join(f":{c.port}" for c in sorted(cells, key=lambda c: c.port))
+            p = s.procs.get(owner)
+            who = describe_proc(p, now) if p else f"{owner}: no process owns these ports"
+            details.append(f"{cells[0].node} {ports} not open — {who}")
+        first = next(iter(owners))
+        n = len(blocking)
+        waited = _ago(s.started or now, now)
+        if workers_missing and len(missing) > len(workers_missing):
+            details.append("the router's port opens only after every worker is up")
+        return Diagnosis(f"barrier: {n} cell(s) not open after {waited}; {details[0]}", blocking, details,
+                         first if first in s.procs else None)
+    if failed_checks:
+        c = failed_checks[0]
+        return Diagnosis(f"router check '{c.name}' failed: {c.detail}", [], [f"{x.name}: {x.detail}"
+                                                                          for x in failed_checks], "router")
+    return Diagnosis(f"barrier complete; waiting for the router: {s.readiness()}")

@@ -1,0 +1,294 @@
+"""Events core emits and the run state they fold into; the console and the CLI render the state.
+
+The fold is pure: replaying a run's events.jsonl rebuilds the same state in any later session.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import deque
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+# Endpoint (worker) stages, in order. A stage is only ever left for a later one, or for a terminal one.
+WORKER_STAGES = ("pending", "launching", "loading", "kv_registered", "http_up", "registered", "serving")
+ROUTER_STAGES = ("pending", "launching", "starting", "waiting_workers", "workers_registered", "ready", "http_up",
+                 "serving")
+TERMINAL = ("failed", "stopped")
+PAIR_STAGES = ("waiting", "both_registered", "ports_reachable", "transferred")
+CELL_STATES = ("waiting", "open", "refused", "timeout", "closed")  # closed = was open, now refused
+RUN_STATES = ("launching", "starting", "serving", "failed", "stopping", "stopped", "dirty")
+
+
+@dataclass(frozen=True)
+class Event:
+    """One thing that happened. `kind` picks the part of the state it changes."""
+
+    kind: str  # proc.started | proc.stage | proc.exit | proc.line | cell | pair | check | run | teardown | conn | note
+    name: str = ""  # the subject: a process, "node:port", "prefill-0>decode-0", a check, a node
+    value: str = ""  # the new stage/state/result
+    detail: str = ""  # human words: why, the log line, the error
+    data: dict = field(default_factory=dict)
+    t: float = field(default_factory=time.time)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), separators=(",", ":"), default=str)
+
+    @staticmethod
+    def from_json(line: str) -> "Event":
+        d = json.loads(line)
+        return Event(d["kind"], d.get("name", ""), d.get("value", ""), d.get("detail", ""), d.get("data") or {},
+                     d.get("t", 0.0))
+
+
+@dataclass
+class ProcState:
+    name: str
+    role: str
+    node: str
+    stage: str = "pending"
+    since: float = 0.0
+    stages: dict[str, float] = field(default_factory=dict)  # stage -> when it was reached
+    pid: int | None = None
+    alive: bool | None = None
+    exit_code: int | None = None
+    exit_detail: str = ""
+    last_lines: deque = field(default_factory=lambda: deque(maxlen=20))
+    last_line_at: float = 0.0
+    errors: list[str] = field(default_factory=list)  # known fatal or telling lines seen
+
+    @property
+    def order(self) -> tuple[str, ...]:
+        return ROUTER_STAGES if self.role == "router" else WORKER_STAGES
+
+    def advance(self, stage: str, t: float) -> bool:
+        if self.stage in TERMINAL:
+            return False
+        if stage not in TERMINAL:
+            if stage not in self.order or self.order.index(stage) <= self.order.index(self.stage):
+                return False
+        self.stage, self.since = stage, t
+        self.stages.setdefault(stage, t)
+        return True
+
+
+@dataclass
+class CellState:
+    node: str
+    host: str
+    port: int
+    role: str
+    kind: str
+    owner: str | None
+    state: str = "waiting"
+    since: float = 0.0
+    was_open: bool = False
+
+    @property
+    def key(self) -> str:
+        return f"{self.node}:{self.port}"
+
+
+@dataclass
+class PairState:
+    prefill: str
+    decode: str
+    stage: str = "waiting"
+    since: float = 0.0
+    failed: str = ""  # why the handshake failed, if it did
+
+    @property
+    def key(self) -> str:
+        return f"{self.prefill}>{self.decode}"
+
+
+@dataclass
+class CheckState:
+    name: str  # readiness | workers | models | smoke
+    ok: bool | None = None
+    detail: str = ""
+    since: float = 0.0
+    data: dict = field(default_factory=dict)
+
+
+@dataclass
+class RunState:
+    run_id: str
+    status: str = "launching"
+    since: float = 0.0
+    diagnosis: str = ""
+    procs: dict[str, ProcState] = field(default_factory=dict)
+    cells: dict[str, CellState] = field(default_factory=dict)
+    pairs: dict[str, PairState] = field(default_factory=dict)
+    checks: dict[str, CheckState] = field(default_factory=dict)
+    conns: dict[str, tuple[str, str, float]] = field(default_factory=dict)  # node -> (state, detail, since)
+    teardown: dict[str, str] = field(default_factory=dict)  # process or node -> what happened
+    notes: deque = field(default_factory=lambda: deque(maxlen=50))
+    started: float = 0.0
+
+    def apply(self, e: Event) -> bool:
+        """Fold one event in. Returns True when the visible state changed."""
+        handler = getattr(self, "_on_" + e.kind.replace(".", "_"), None)
+        return bool(handler(e)) if handler else False
+
+    # --- handlers -----------------------------------------------------------------------------------
+    def _on_proc_started(self, e: Event) -> bool:
+        p = self.procs.get(e.name)
+        if p is None:
+            return False
+        p.pid = e.data.get("pid")
+        p.alive = True
+        p.advance("launching", e.t)
+        return True
+
+    def _on_proc_stage(self, e: Event) -> bool:
+        p = self.procs.get(e.name)
+        if p is None:
+            return False
+        if e.detail and e.value == "failed":
+            p.errors.append(e.detail)
+        return p.advance(e.value, e.t)
+
+    def _on_proc_error(self, e: Event) -> bool:
+        p = self.procs.get(e.name)
+        if p is None:
+            return False
+        p.errors.append(e.detail)
+        return True
+
+    def _on_proc_exit(self, e: Event) -> bool:
+        p = self.procs.get(e.name)
+        if p is None:
+            return False
+        p.alive = False
+        p.exit_code = e.data.get("code")
+        p.exit_detail = e.detail
+        for line in e.data.get("last_lines", []):
+            if not p.last_lines or p.last_lines[-1] != line:
+                p.last_lines.append(line)
+        p.advance("stopped" if e.value == "stopped" else "failed", e.t)
+        return True
+
+    def _on_proc_line(self, e: Event) -> bool:
+        p = self.procs.get(e.name)
+        if p is None:
+            return False
+        p.last_lines.append(e.detail)
+        p.last_line_at = e.t
+        return True
+
+    def _on_cell(self, e: Event) -> bool:
+        c = self.cells.get(e.name)
+        if c is None or c.state == e.value:
+            return False
+        if e.value == "open":
+            c.was_open = True
+        c.state = "closed" if (e.value in ("refused", "timeout") and c.was_open) else e.value
+        c.since = e.t
+        return True
+
+    def _on_pair(self, e: Event) -> bool:
+        pr = self.pairs.get(e.name)
+        if pr is None:
+            return False
+        if e.value == "failed":
+            pr.failed = e.detail
+            pr.stage, pr.since = "failed", e.t
+            return True
+        if pr.stage == "failed" or PAIR_STAGES.index(e.value) <= PAIR_STAGES.index(pr.stage):
+            return False
+        pr.stage, pr.since = e.value, e.t
+        return True
+
+    def _on_check(self, e: Event) -> bool:
+        c = self.checks.setdefault(e.name, CheckState(e.name))
+        ok = e.value == "ok"
+        if c.ok == ok and c.detail == e.detail:
+            return False
+        c.ok, c.detail, c.since, c.data = ok, e.detail, e.t, dict(e.data)
+        return True
+
+    def _on_run(self, e: Event) -> bool:
+        if self.status == e.value and self.diagnosis == e.detail:
+            return False
+        if self.status != e.value:
+            self.since = e.t
+        self.status, self.diagnosis = e.value, e.detail
+        if not self.started:
+            self.started = e.t
+        return True
+
+    def _on_teardown(self, e: Event) -> bool:
+        self.teardown[e.name] = f"{e.value}: {e.detail}" if e.detail else e.value
+        return True
+
+    def _on_conn(self, e: Event) -> bool:
+        self.conns[e.name] = (e.value, e.detail, e.t)
+        return True
+
+    def _on_note(self, e: Event) -> bool:
+        self.notes.append((e.t, e.detail))
+        return True
+
+    # --- summaries ------------------------------------------------------------------------------------
+    def role_counts(self) -> dict[str, tuple[int, int]]:
+        """role -> (workers at http_up or later, workers)."""
+        out: dict[str, tuple[int, int]] = {}
+        for p in self.procs.values():
+            if p.role == "router":
+                continue
+            up, total = out.get(p.role, (0, 0))
+            reached = p.stage not in TERMINAL and WORKER_STAGES.index(p.stage) >= WORKER_STAGES.index("http_up")
+            out[p.role] = (up + int(reached), total + 1)
+        return out
+
+    def readiness(self) -> str:
+        """srtctl-style summary, e.g. '2/2P 1/1D router ready'."""
+        counts = self.role_counts()
+        letters = {"prefill": "P", "decode": "D", "worker": "W"}
+        parts = [f"{up}/{n}{letters.get(role, role)}" for role, (up, n) in counts.items()]
+        router = self.procs.get("router")
+        if router is not None:
+            word = {"serving": "router serving", "http_up": "router ready", "failed": "router failed",
+                    "stopped": "router stopped"}.get(router.stage, f"router {router.stage.replace('_', ' ')}")
+            parts.append(word)
+        return " ".join(parts)
+
+
+def new_state(run_id: str, procs: list[tuple[str, str, str]], cells: list[dict],
+              pairs: list[tuple[str, str]]) -> RunState:
+    """A fresh state for a run's processes (name, role, node), barrier cells and P/D pairs."""
+    s = RunState(run_id)
+    for name, role, node in procs:
+        s.procs[name] = ProcState(name, role, node)
+    for c in cells:
+        cell = CellState(c["node"], c["host"], c["port"], c["role"], c["kind"], c.get("owner"))
+        s.cells[cell.key] = cell
+    for p, d in pairs:
+        s.pairs[f"{p}>{d}"] = PairState(p, d)
+    return s
+
+
+def replay(state: RunState, lines: list[str]) -> RunState:
+    for line in lines:
+        line = line.strip()
+        if line:
+            try:
+                state.apply(Event.from_json(line))
+            except (ValueError, KeyError):
+                continue  # a torn last line after a crash: skip it, keep the rest
+    return state
+
+
+def jsonable(obj: Any) -> Any:
+    """The state as plain JSON (for `atomdeck status --json`)."""
+    if isinstance(obj, deque):
+        return list(obj)
+    if hasattr(obj, "__dataclass_fields__"):
+        return {k: jsonable(v) for k, v in asdict(obj).items()}
+    if isinstance(obj, dict):
+        return {k: jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [jsonable(v) for v in obj]
+    return obj

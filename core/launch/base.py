@@ -1,0 +1,119 @@
+"""The launcher interface: start a process on a node, know if it lives, read its log, stop it.
+
+Every launcher runs the same small POSIX-sh supervisor around the command: it forwards SIGTERM,
+waits for the real child (never a `tee`), and writes the child's exit code next to its log, so a
+later session can learn how a process ended even if nobody was watching.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import asdict, dataclass, field
+from typing import AsyncIterator
+
+from ..commands import ProcessSpec
+from ..shell import Runner
+
+# $1 = exit-code file; the rest is the command. The marker in $0 lets teardown check a PID is ours.
+SUPERVISOR = r'''ef=$1; shift
+trap '' HUP
+"$@" </dev/null &
+child=$!
+trap 'kill -TERM "$child" 2>/dev/null' TERM
+trap 'kill -INT "$child" 2>/dev/null' INT
+wait "$child"; rc=$?
+while kill -0 "$child" 2>/dev/null; do wait "$child"; rc=$?; done
+echo "$rc" > "$ef"
+exit "$rc"'''
+
+
+def marker(run_id: str, name: str) -> str:
+    """argv[0] of the supervisor: how atomdeck recognises its own processes."""
+    return f"atomdeck:{run_id}:{name}"
+
+
+@dataclass
+class ProcHandle:
+    """What is needed to find a process again, persisted in the run directory."""
+
+    name: str
+    node: str
+    host: str
+    launcher: str
+    pid: int | None = None  # the supervisor (also the process group leader)
+    log_path: str = ""  # on the node (ssh) or here (local, slurm on a shared file system)
+    exit_path: str = ""
+    step: str | None = None  # Slurm step id "JOB.STEP"
+    extra: dict = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @staticmethod
+    def from_json(d: dict) -> "ProcHandle":
+        return ProcHandle(**{k: d.get(k) for k in ProcHandle.__dataclass_fields__ if k in d})
+
+
+@dataclass
+class ProcStatus:
+    alive: bool
+    exit_code: int | None = None
+    detail: str = ""  # "exited 1", "killed by signal 9", "step CANCELLED"
+
+
+@dataclass
+class StopReport:
+    name: str
+    node: str
+    ok: bool  # the process (and its group) is gone
+    detail: str  # what was done: "SIGTERM, exited in 0.4s" / "SIGKILL after 10s grace" / "already gone"
+
+
+class Launcher(abc.ABC):
+    """Starts and stops a run's processes. One instance per run; see local.py, ssh.py, slurm.py."""
+
+    kind: str = "?"
+
+    def __init__(self, run_id: str, run_dir: str):
+        self.run_id = run_id
+        self.run_dir = run_dir
+
+    async def prepare(self, nodes: list[str]) -> dict:
+        """Get ready to start processes on these nodes (an allocation, remote directories).
+
+        Returns facts for the LaunchContext (e.g. {"job_id": "42"}) and for the run directory.
+        """
+        return {}
+
+    @abc.abstractmethod
+    async def start(self, spec: ProcessSpec) -> ProcHandle:
+        """Start one process detached from this console; its output goes to its log."""
+
+    @abc.abstractmethod
+    async def poll(self, handle: ProcHandle) -> ProcStatus:
+        """Is it alive, and if not, how did it end?"""
+
+    async def wait(self, handle: ProcHandle) -> ProcStatus:
+        """Return when the process ends. Launchers that can be told (a child) override this."""
+        raise NotImplementedError
+
+    @abc.abstractmethod
+    def tail(self, handle: ProcHandle, offset: int) -> AsyncIterator[tuple[int, str]]:
+        """The log's complete lines from a byte offset, following it: (offset after the line, line)."""
+
+    @abc.abstractmethod
+    async def stop(self, handles: list[ProcHandle], grace: float) -> list[StopReport]:
+        """SIGTERM every process (in parallel), SIGKILL what is left after `grace`, verify each is gone."""
+
+    async def release(self) -> list[str]:
+        """Give back what prepare() took (e.g. cancel the holding job); returns what was done."""
+        return []
+
+    def probe_runner(self, node: str | None = None) -> Runner:
+        """Where probes of node ports run from (here, or through an SSH connection)."""
+        from ..shell import LocalRunner
+
+        return LocalRunner()
+
+    async def close(self) -> None:
+        return None

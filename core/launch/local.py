@@ -1,0 +1,205 @@
+"""The local launcher (the demo cluster): processes on this machine, one loopback address per node.
+
+Each process runs in its own session (its own process group) under the supervisor, with its
+output appended to a log file in the run directory, so it outlives the console.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import AsyncIterator
+
+from ..commands import ProcessSpec
+from ..watch.tail import follow
+from .base import SUPERVISOR, Launcher, ProcHandle, ProcStatus, StopReport, marker
+
+
+def proc_stat(pid: int) -> tuple[str, int] | None:
+    """(state letter, process group) of a PID, or None if it does not exist."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read().decode(errors="replace")
+    except OSError:
+        return None
+    rest = data[data.rfind(")") + 2:].split()
+    return rest[0], int(rest[2])
+
+
+def alive(pid: int) -> bool:
+    """Alive and not a zombie (a killed orphan may linger as a zombie until PID 1 reaps it)."""
+    st = proc_stat(pid)
+    return st is not None and st[0] not in ("Z", "X")
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes in a process group."""
+    out = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            st = proc_stat(int(entry.name))
+            if st and st[1] == pgid and st[0] not in ("Z", "X"):
+                out.append(int(entry.name))
+    return out
+
+
+def env_marker(run_id: str, name: str) -> str:
+    return f"ATOMDECK_RUN={run_id}:{name}"
+
+
+def is_ours(pgid: int, run_id: str, name: str) -> bool:
+    """Some live member of the group carries our marker in its environment (PIDs get reused, so this is
+    checked before any signal is sent)."""
+    want = env_marker(run_id, name).encode()
+    for pid in group_members(pgid):
+        try:
+            if want in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def read_exit(path: str) -> int | None:
+    try:
+        return int(Path(path).read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def describe_exit(code: int | None) -> str:
+    if code is None:
+        return "ended without an exit code (killed with its supervisor)"
+    if code > 128:
+        try:
+            return f"killed by {signal.Signals(code - 128).name} (exit {code})"
+        except ValueError:
+            return f"exited {code}"
+    return f"exited {code}"
+
+
+async def stop_groups(items: list[tuple[ProcHandle, int]], grace: float, is_ours_fn) -> list[StopReport]:
+    """SIGTERM each process group, wait up to `grace`, SIGKILL the rest, and verify every member is gone."""
+
+    async def one(h: ProcHandle, pgid: int) -> StopReport:
+        t0 = time.monotonic()
+        if not group_members(pgid):
+            return StopReport(h.name, h.node, True, "already gone")
+        if not is_ours_fn(h):
+            return StopReport(h.name, h.node, False,
+                              f"process group {pgid} holds no process of this run; left alone")
+        try:
+            os.killpg(pgid, signal.SIGTERM)
+        except ProcessLookupError:
+            return StopReport(h.name, h.node, True, "already gone")
+        while time.monotonic() - t0 < grace:
+            if not group_members(pgid):
+                return StopReport(h.name, h.node, True, f"SIGTERM, gone in {time.monotonic() - t0:.1f}s")
+            await asyncio.sleep(0.05)
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        t1 = time.monotonic()
+        while time.monotonic() - t1 < 5:
+            if not group_members(pgid):
+                return StopReport(h.name, h.node, True, f"SIGKILL after {grace:g}s grace, gone")
+            await asyncio.sleep(0.05)
+        return StopReport(h.name, h.node, False, f"still running after SIGKILL: pids {group_members(pgid)}")
+
+    return list(await asyncio.gather(*(one(h, pg) for h, pg in items)))
+
+
+async def wait_exit(pid: int, child: subprocess.Popen | None = None) -> int | None:
+    """Return as soon as a process ends (pidfd: no polling, zombies count as ended).
+
+    For our own child the exit status is reaped and returned (shell-style 128+N for signals)."""
+    try:
+        fd = os.pidfd_open(pid)
+    except (ProcessLookupError, OSError):
+        fd = None
+    if fd is not None:
+        loop = asyncio.get_running_loop()
+        done = loop.create_future()
+        loop.add_reader(fd, lambda: done.done() or done.set_result(None))
+        try:
+            if alive(pid):
+                await done
+        finally:
+            loop.remove_reader(fd)
+            os.close(fd)
+    else:
+        while alive(pid):
+            await asyncio.sleep(0.1)
+    if child is not None:
+        try:
+            return _rc(child.wait(timeout=2))
+        except subprocess.TimeoutExpired:
+            return None
+    return None
+
+
+class LocalLauncher(Launcher):
+    kind = "local"
+
+    def __init__(self, run_id: str, run_dir: str):
+        super().__init__(run_id, run_dir)
+        # Popen, not asyncio's subprocess: closing an asyncio transport kills a running child, and these
+        # processes must outlive the console.
+        self._children: dict[str, subprocess.Popen] = {}
+
+    async def start(self, spec: ProcessSpec) -> ProcHandle:
+        logs = Path(self.run_dir) / "logs"
+        logs.mkdir(parents=True, exist_ok=True, mode=0o700)
+        log = logs / f"{spec.name}.log"
+        exit_path = logs / f"{spec.name}.exit"
+        exit_path.unlink(missing_ok=True)
+        fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            proc = subprocess.Popen(
+                ["/bin/sh", "-c", SUPERVISOR, marker(self.run_id, spec.name), str(exit_path), *spec.launch_argv],
+                stdin=subprocess.DEVNULL, stdout=fd, stderr=fd, start_new_session=True, close_fds=True,
+                cwd=self.run_dir, env={**os.environ, "ATOMDECK_RUN": f"{self.run_id}:{spec.name}"})
+        finally:
+            os.close(fd)
+        self._children[spec.name] = proc
+        return ProcHandle(spec.name, spec.node, spec.host, self.kind, pid=proc.pid, log_path=str(log),
+                          exit_path=str(exit_path))
+
+    async def poll(self, handle: ProcHandle) -> ProcStatus:
+        child = self._children.get(handle.name)
+        if child is not None and child.poll() is not None:
+            code = read_exit(handle.exit_path)
+            code = code if code is not None else _rc(child.returncode)
+            return ProcStatus(False, code, describe_exit(code))
+        if handle.pid and alive(handle.pid):
+            return ProcStatus(True)
+        code = read_exit(handle.exit_path)
+        return ProcStatus(False, code, describe_exit(code))
+
+    async def wait(self, handle: ProcHandle) -> ProcStatus:
+        if handle.pid:
+            await wait_exit(handle.pid, self._children.get(handle.name))
+        return await self.poll(handle)
+
+    def tail(self, handle: ProcHandle, offset: int) -> AsyncIterator[tuple[int, str]]:
+        return follow(handle.log_path, offset)
+
+    async def stop(self, handles: list[ProcHandle], grace: float) -> list[StopReport]:
+        items = [(h, h.pid) for h in handles if h.pid]
+        missing = [StopReport(h.name, h.node, True, "never started") for h in handles if not h.pid]
+        reports = await stop_groups(items, grace, lambda h: is_ours(h.pid, self.run_id, h.name))
+        for h in handles:  # reap our children so they do not linger as zombies
+            child = self._children.get(h.name)
+            if child is not None:
+                child.poll()
+        return missing + reports
+
+
+def _rc(returncode: int) -> int:
+    """asyncio's negative signal numbers -> the shell's 128+N."""
+    return 128 - returncode if returncode < 0 else returncode

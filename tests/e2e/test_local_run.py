@@ -1,0 +1,144 @@
+"""The run engine on the local launcher: up, serving, status, reattach, teardown, faults."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from atomdeck.core.diagnose import diagnose
+from atomdeck.core.run import Run
+
+from .conftest import gone, workspace
+
+pytestmark = pytest.mark.slow
+
+
+def launch_and_watch(ws, runs, until=("serving", "failed"), timeout=30):
+    async def go():
+        run = await Run.launch(ws, ws.assess())
+        runs.append(run)
+        state = await run.watch(until=lambda s: s.status in until, timeout=timeout)
+        return run, state
+    return asyncio.run(go())
+
+
+@pytest.mark.parametrize("recipe,shape", [("demo-1p1d", "1/1P 1/1D router serving"),
+                                          ("demo-2p1d", "2/2P 1/1D router serving")])
+def test_reaches_serving_then_down_leaves_nothing(recipe, shape, runs):
+    run, state = launch_and_watch(workspace(recipe), runs)
+    assert state.status == "serving", state.diagnosis
+    assert state.readiness() == shape
+    assert state.checks["smoke"].ok and state.checks["smoke"].data["tokens"] == 8
+    assert state.checks["models"].ok
+    assert all(c.state == "open" for c in state.cells.values())
+    assert any(p.stage == "transferred" for p in state.pairs.values())
+    for p in state.procs.values():
+        assert p.stages.keys() >= {"launching", "serving"}, (p.name, p.stages)
+    # run directory: private, and holds what a later session needs
+    rd = run.rd.path
+    assert oct(rd.stat().st_mode & 0o777) == "0o700"
+    for f in ("run.json", "recipe.yaml", "cluster.yaml", "plan.json", "commands.sh", "events.jsonl"):
+        assert (rd / f).is_file() and oct((rd / f).stat().st_mode & 0o777) == "0o600", f
+    report = asyncio.run(run.teardown(grace=5))
+    assert report.clean, report.lines()
+    assert gone(run) == []
+    again = asyncio.run(Run.open(run.id).teardown(grace=1))  # idempotent
+    assert again.clean and all(r.detail == "already gone" for r in again.processes)
+
+
+def test_reattach_from_another_instance_sees_the_state_and_tears_down(runs):
+    run, state = launch_and_watch(workspace(), runs)
+    assert state.status == "serving"
+    other = Run.open(run.id)
+    assert other.state.status == "serving" and other.state.readiness() == "1/1P 1/1D router serving"
+    fresh = asyncio.run(other.refresh())
+    assert all(p.alive is not False for p in fresh.procs.values())
+    assert all(c.state == "open" for c in fresh.cells.values())
+    report = asyncio.run(other.teardown(grace=5))
+    assert report.clean and gone(run) == []
+    assert Run.open(run.id).state.status == "stopped"
+
+
+def test_crash_while_loading_is_reported_within_a_second_with_exit_code_and_last_lines(runs):
+    ws = workspace(decode__env={"ATOMSIM_CRASH_AT": "cudagraph:3", "ATOMSIM_SLOW_LOAD": "0.5"})
+    run, state = launch_and_watch(ws, runs)
+    assert state.status == "failed"
+    d = state.procs["decode-0"]
+    assert d.stage == "failed" and d.exit_code == 3 and d.alive is False
+    assert "exited 3" in state.diagnosis and "decode-0 on demo-n02" in state.diagnosis
+    assert any("cudagraph" in line or "Error" in line for line in d.last_lines), list(d.last_lines)
+    exit_file = Path(run.handles["decode-0"].exit_path)
+    lag = d.since - exit_file.stat().st_mtime
+    assert lag < 1.0, f"crash noticed {lag:.2f}s after the exit"
+
+
+def test_decode_that_never_binds_names_the_missing_cell(runs):
+    ws = workspace(decode__env={"ATOMSIM_NEVER_BIND": "1"}, health__worker_timeout_s=4)
+    run, state = launch_and_watch(ws, runs)
+    assert state.status == "failed"
+    assert state.diagnosis.startswith("timeout after 4s: barrier: 1 cell(s) not open")
+    d = diagnose(state)
+    assert [c.key for c in d.blocking] == ["demo-n02:8020"]
+    assert "decode-0 on demo-n02 alive" in d.details[0]
+    assert state.procs["decode-0"].alive is True  # it hangs; it did not die
+    assert "fully initialized" in state.procs["decode-0"].last_lines[-1] or \
+        any("fully initialized" in x for x in state.procs["decode-0"].last_lines)
+
+
+def test_wrong_kv_role_makes_the_router_exit_and_says_why(runs):
+    ws = workspace(prefill__env={"ATOMSIM_KV_ROLE": "kv_consumer"})
+    run, state = launch_and_watch(ws, runs)
+    assert state.status == "failed"
+    assert "is not a prefill (kv_role=" in state.diagnosis
+    assert state.checks["kv_role:prefill-0"].ok is False
+
+
+def test_refused_handshake_fails_the_smoke_request_and_the_pair(runs):
+    ws = workspace(prefill__env={"ATOMSIM_HANDSHAKE": "refuse"})
+    run, state = launch_and_watch(ws, runs)
+    assert state.status == "failed"
+    assert state.pairs["prefill-0>decode-0"].stage == "failed"
+    assert "smoke request through the router failed" in state.diagnosis or "handshake" in state.diagnosis
+
+
+def _atomdeck(*args, **kw):
+    return subprocess.run([sys.executable, "-m", "atomdeck.core.cli", *args], capture_output=True, text=True,
+                          timeout=120, **kw)
+
+
+def test_sigkill_of_up_then_down_from_a_new_process_cleans_everything():
+    p = subprocess.Popen([sys.executable, "-m", "atomdeck.core.cli", "up", "demo-2p1d", "--wait"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    run_id = p.stdout.readline().strip()
+    assert run_id, p.stderr.read()
+    time.sleep(0.5)  # mid-launch
+    os.kill(p.pid, signal.SIGKILL)
+    p.wait()
+    run = Run.open(run_id)
+    assert run.handles and all(h.pid for h in run.handles.values())
+    down = _atomdeck("down", run_id)
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert "verified clean" in down.stdout
+    assert gone(run) == []
+
+
+def test_cli_up_wait_status_logs_down():
+    up = _atomdeck("up", "demo-1p1d", "--wait")
+    assert up.returncode == 0, up.stderr
+    run_id = up.stdout.strip()
+    st = _atomdeck("status", run_id, "--json")
+    import json
+
+    data = json.loads(st.stdout)
+    assert data["status"] == "serving" and data["readiness"] == "1/1P 1/1D router serving"
+    logs = _atomdeck("logs", run_id, "--process", "router")
+    assert "Router ready" in logs.stdout
+    assert _atomdeck("down", run_id).returncode == 0
+    assert "stopped" in _atomdeck("runs").stdout
