@@ -59,6 +59,7 @@ class ProcessSpec:
     env: dict[str, str]  # the production environment
     runtime_env: dict[str, str]  # added by atomdeck's runtime (simulator paths), not part of production
     launch_argv: list[str]  # the full wrapped command
+    inner: list[str]  # the command on the node: container or env wrapper + argv (launch_argv minus srun/ssh)
     ports: list[int]  # ports this process listens on
     log: str  # log file path
     container: str | None = None
@@ -71,7 +72,8 @@ class ProcessSpec:
         """A copy safe to show or store: secret-looking env values masked everywhere."""
         env = self.all_env()
         return replace(self, env=redact_env(self.env), runtime_env=redact_env(self.runtime_env),
-                       argv=redact_tokens(self.argv, env), launch_argv=redact_tokens(self.launch_argv, env))
+                       argv=redact_tokens(self.argv, env), launch_argv=redact_tokens(self.launch_argv, env),
+                       inner=redact_tokens(self.inner, env))
 
     def to_json(self) -> dict:
         d = asdict(self)
@@ -183,7 +185,7 @@ def _wrap(plan: Plan, ctx: LaunchContext, name: str, role: str, node: str, host:
     else:
         inner = env_wrap(argv, {**env, **runtime_env})
     return ProcessSpec(name=name, role=role, node=node, host=host, argv=argv, env=env, runtime_env=runtime_env,
-                       launch_argv=launcher_wrap(plan, ctx, node, name, log, inner), ports=ports, log=log,
+                       launch_argv=launcher_wrap(plan, ctx, node, name, log, inner), inner=inner, ports=ports, log=log,
                        container=cname, conflicts=list(conflicts))
 
 

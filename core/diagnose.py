@@ -64,7 +64,10 @@ def diagnose(s: RunState, now: float | None = None) -> Diagnosis:
                              [describe_proc(s.procs[n], now) for n in (pr.prefill, pr.decode) if n in s.procs],
                              pr.decode)
     failed_checks = [c for c in s.checks.values() if c.ok is False]
+    sick = [f"node {n} is {detail or state}" for n, (state, detail, _) in s.conns.items() if state != "ok"]
     if s.status == "serving":
+        if sick:
+            return Diagnosis(f"serving: {s.readiness()}, but {sick[0]}", [], sick)
         return Diagnosis(f"serving: {s.readiness()}")
     if blocking:
         owners: dict[str, list[CellState]] = {}
@@ -81,6 +84,7 @@ def diagnose(s: RunState, now: float | None = None) -> Diagnosis:
         waited = _ago(s.started or now, now)
         if workers_missing and len(missing) > len(workers_missing):
             details.append("the router's port opens only after every worker is up")
+        details += sick
         return Diagnosis(f"barrier: {n} cell(s) not open after {waited}; {details[0]}", blocking, details,
                          first if first in s.procs else None)
     if failed_checks:

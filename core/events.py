@@ -224,6 +224,9 @@ class RunState:
         return True
 
     def _on_conn(self, e: Event) -> bool:
+        old = self.conns.get(e.name)
+        if old and old[0] == e.value and old[1] == e.detail:
+            return False
         self.conns[e.name] = (e.value, e.detail, e.t)
         return True
 

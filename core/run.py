@@ -119,7 +119,7 @@ class Run:
                                           "partitions": n.partitions, "reason": n.reason} for n in plan.nodes])
         launcher = make_launcher(plan.cluster, run_id, str(rd.path), meta)
         try:
-            facts = await launcher.prepare([n.name for n in plan.nodes])
+            facts = await launcher.prepare(plan, a.processes)
         except BaseException as e:
             rd.update_meta(status="failed", diagnosis=f"could not prepare the launch: {e}")
             await launcher.close()
@@ -220,7 +220,8 @@ class Run:
                                     self._expected_soon, self._owner_alive, self._on_cell)
         tasks += [asyncio.create_task(self.prober.run_node(n), name=f"probe:{n}") for n in self.prober.by_node]
         tasks += [asyncio.create_task(self._router_checks(), name="router"),
-                  asyncio.create_task(self._ticker(), name="ticker")]
+                  asyncio.create_task(self._ticker(), name="ticker"),
+                  asyncio.create_task(self._node_health(), name="nodes")]
         deadline = time.monotonic() + timeout if timeout else None
         try:
             while True:
@@ -371,6 +372,15 @@ class Run:
                                 f"is not a producer)"))
             elif role == want:
                 self.emit(Event("check", f"kv_role:{name}", "ok", f"kv_role={role}"))
+
+    async def _node_health(self, every: float = 3.0) -> None:
+        """Slurm's view of the run's nodes (a dead slurmd shows as 'not responding')."""
+        nodes = list(self.plan.selection.all())
+        while True:
+            health = await self.launcher.node_health(nodes)
+            for node, why in health.items():
+                self.emit(Event("conn", node, "ok" if not why else "unhealthy", why))
+            await asyncio.sleep(every)
 
     async def _ticker(self) -> None:
         """Timeouts, and the handshake panel's reachability checks."""

@@ -78,11 +78,16 @@ class Launcher(abc.ABC):
         self.run_id = run_id
         self.run_dir = run_dir
 
-    async def prepare(self, nodes: list[str]) -> dict:
-        """Get ready to start processes on these nodes (an allocation, remote directories).
+    async def prepare(self, plan, processes: list[ProcessSpec]) -> dict:
+        """Get ready to start the plan's processes (an allocation, remote directories, pre-flight checks).
 
-        Returns facts for the LaunchContext (e.g. {"job_id": "42"}) and for the run directory.
+        Returns facts for the LaunchContext (e.g. {"job_id": "42", "nic": {...}}) and the run directory.
+        Raises (e.g. PreflightError) when launching must not go ahead.
         """
+        return {}
+
+    async def node_health(self, nodes: list[str]) -> dict[str, str]:
+        """'' per healthy node, else why not. Polled during a run (e.g. a slurmd that died)."""
         return {}
 
     @abc.abstractmethod

@@ -1,20 +1,386 @@
-"""The Slurm launcher: an allocation, one `srun --overlap` step per process, scancel to stop."""
+"""The Slurm launcher: an allocation (a holding job, or the operator's job), one
+`srun --jobid J --overlap -w NODE -N1 -n1` step per process, and scancel to stop.
+
+srun runs where Slurm commands run (here, or on the login host over SSH) in its own session, so
+the steps do not die with the console; each step runs the supervisor, which writes the exit code
+next to the step's log on the shared file system.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import os
+import shlex
+import subprocess
+import time
+from pathlib import Path
+from typing import AsyncIterator
+
 from ..cluster import Cluster
+from ..commands import ProcessSpec, launcher_wrap
 from ..errors import AtomdeckError
-from ..inventory import Node, parse_scontrol_nodes
+from ..inventory import Node, expand_hostlist, parse_scontrol_nodes
+from ..shell import LocalRunner, Runner
+from ..watch.tail import follow
 from . import control_runner
+from .base import SUPERVISOR, Launcher, ProcHandle, ProcStatus, StopReport, marker
+from .local import describe_exit, wait_exit
+
+JOB_START_TIMEOUT = 120.0
 
 
-async def query_nodes(cluster: Cluster) -> list[Node]:
+async def query_nodes(cluster: Cluster, names: list[str] | None = None, runner: Runner | None = None) -> list[Node]:
     """The live node inventory from `scontrol show node -o` (run where Slurm commands run)."""
-    runner = control_runner(cluster)
+    own = runner is None
+    runner = runner or control_runner(cluster)
     try:
-        res = await runner.run(["scontrol", "show", "node", "-o"], timeout=20)
+        res = await runner.run(["scontrol", "show", "node", "-o", *([",".join(names)] if names else [])], timeout=20)
     finally:
-        await runner.close()
+        if own:
+            await runner.close()
     if not res.ok:
         raise AtomdeckError(f"scontrol on {runner.where}: {res.explain()}")
     return parse_scontrol_nodes(res.stdout)
+
+
+class PreflightError(AtomdeckError):
+    def __init__(self, findings):
+        self.findings = findings
+        super().__init__("pre-flight failed, nothing was launched: " +
+                         "; ".join(f"{f.node}: {f.message}" for f in findings))
+
+
+class SlurmLauncher(Launcher):
+    kind = "slurm"
+
+    def __init__(self, run_id: str, run_dir: str, cluster: Cluster, meta: dict):
+        super().__init__(run_id, run_dir)
+        self.cluster = cluster
+        self.runner = control_runner(cluster)
+        self.local_control = isinstance(self.runner, LocalRunner)
+        self.job_id: str | None = meta.get("job_id")
+        self.job_owned: bool = bool(meta.get("job_owned"))
+        root = cluster.slurm.run_root
+        self.shared_dir = f"{root.rstrip('/')}/{run_id}" if root else run_dir
+        self._children: dict[str, subprocess.Popen] = {}
+        self._steps: dict[str, str] = {}  # name -> step id
+        self._step_table: tuple[float, dict[str, tuple[str, str]]] = (0.0, {})
+        self._lock = asyncio.Lock()
+
+    # ------------------------------------------------------------------------------------ allocation
+    async def prepare(self, plan, processes: list[ProcessSpec]) -> dict:
+        nodes = list(plan.selection.all())
+        if self.job_id:
+            await self._check_given_job(nodes)
+        else:
+            await self._submit(nodes)
+        facts = {"job_id": self.job_id, "job_owned": self.job_owned, "shared_dir": self.shared_dir}
+        try:
+            await self._mkdir_shared()
+            facts["nic"] = await self._preflight(plan, processes)
+        except BaseException:
+            await self.release()
+            raise
+        return facts
+
+    async def _mkdir_shared(self) -> None:
+        if self.local_control:
+            Path(self.shared_dir, "logs").mkdir(parents=True, exist_ok=True, mode=0o700)
+        else:
+            await self.runner.run(["mkdir", "-p", "-m", "700", f"{self.shared_dir}/logs"], check=True)
+
+    async def _check_given_job(self, nodes: list[str]) -> None:
+        res = await self.runner.run(["squeue", "-h", "-j", self.job_id, "-o", "%T|%N"], timeout=20)
+        line = res.stdout.strip().splitlines()[0] if res.ok and res.stdout.strip() else ""
+        if not line:
+            raise AtomdeckError(f"Slurm job {self.job_id} is not running (squeue knows nothing of it); "
+                                "give a running job with --job, or leave --job out to get an allocation")
+        state, nodelist = line.split("|", 1)
+        if state != "RUNNING":
+            raise AtomdeckError(f"Slurm job {self.job_id} is {state}, not RUNNING; wait for it or use another")
+        missing = [n for n in nodes if n not in expand_hostlist(nodelist)]
+        if missing:
+            raise AtomdeckError(f"Slurm job {self.job_id} holds {nodelist}, not {', '.join(missing)}; "
+                                "choose nodes from the job, or another job")
+
+    async def _submit(self, nodes: list[str]) -> None:
+        c = self.cluster
+        argv = ["sbatch", "--parsable", "-N", str(len(nodes)), "-w", ",".join(nodes),
+                f"--job-name={c.slurm.job_name}:{self.run_id}", f"--time={c.slurm.time_limit}",
+                f"--gres=gpu:{c.gpus_per_node}", "--exclusive", f"--output={self.shared_dir}/logs/holding-job.out"]
+        if c.partition:
+            argv.append(f"--partition={c.partition}")
+        if c.account:
+            argv.append(f"--account={c.account}")
+        argv += list(c.slurm.extra_sbatch)
+        argv += ["--wrap", "exec sleep infinity"]
+        if self.local_control:
+            Path(self.shared_dir, "logs").mkdir(parents=True, exist_ok=True, mode=0o700)
+        else:
+            await self.runner.run(["mkdir", "-p", "-m", "700", f"{self.shared_dir}/logs"], check=True)
+        res = await self.runner.run(argv, timeout=60)
+        if not res.ok:
+            raise AtomdeckError(f"sbatch refused the allocation on {self.runner.where}: "
+                                f"{(res.stderr or res.stdout).strip().splitlines()[-1] if (res.stderr or res.stdout).strip() else res.rc}")
+        self.job_id = res.stdout.strip().split(";")[0]
+        self.job_owned = True
+        deadline = time.monotonic() + JOB_START_TIMEOUT
+        last = ""
+        while time.monotonic() < deadline:
+            q = await self.runner.run(["squeue", "-h", "-j", self.job_id, "-o", "%T|%r"], timeout=20)
+            last = q.stdout.strip()
+            if last.startswith("RUNNING"):
+                return
+            if q.ok and not last:
+                break  # it ended already
+            await asyncio.sleep(0.2)
+        await self.release()
+        raise AtomdeckError(f"the holding job {self.job_id} did not start ({last or 'it ended'}); "
+                            "check the partition and the nodes' state")
+
+    async def _preflight(self, plan, processes: list[ProcessSpec]) -> dict[str, str]:
+        from ..preflight import checks_for, command, findings_from, parse
+
+        checks = checks_for(plan, processes)
+
+        async def one(ch):
+            res = await self.runner.run(self._srun(ch.node, "preflight", command(ch), output=None), timeout=60)
+            ch.result = parse(res.stdout)
+            if not res.ok and "preflight" not in ch.result:
+                ch.result["error"] = (res.stderr or res.stdout).strip()[-300:]
+
+        await asyncio.gather(*(one(ch) for ch in checks))
+        findings = [f for ch in checks for f in findings_from(ch, plan.recipe.model.path)]
+        if findings:
+            raise PreflightError(findings)
+        return {ch.node: ch.result.get("nic", "none") for ch in checks}
+
+    def _srun(self, node: str, name: str, inner: list[str], output: str | None) -> list[str]:
+        argv = ["srun", "--jobid", str(self.job_id), "--overlap", "-w", node, "-N1", "-n1", f"--job-name={name}"]
+        if output:
+            argv.append(f"--output={output}")
+        return argv + inner
+
+    # ------------------------------------------------------------------------------------ processes
+    async def start(self, spec: ProcessSpec) -> ProcHandle:
+        logs = f"{self.shared_dir}/logs"
+        log, exit_path = f"{logs}/{spec.name}.log", f"{logs}/{spec.name}.exit"
+        inner = ["/bin/sh", "-c", SUPERVISOR, marker(self.run_id, spec.name), exit_path, *spec.inner]
+        argv = ["srun", "--jobid", str(self.job_id), "--overlap", "-w", spec.node, "-N1", "-n1",
+                f"--job-name={spec.name}", f"--output={log}", "--kill-on-bad-exit=1", *inner]
+        env = {"ATOMDECK_RUN": f"{self.run_id}:{spec.name}"}
+        srun_log = f"{logs}/{spec.name}.srun.log"
+        if self.local_control:
+            Path(exit_path).unlink(missing_ok=True)
+            fd = os.open(srun_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            try:
+                child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=fd, stderr=fd,
+                                         start_new_session=True, close_fds=True, env={**os.environ, **env})
+            finally:
+                os.close(fd)
+            self._children[spec.name] = child
+            pid = child.pid
+        else:
+            line = f"rm -f {shlex.quote(exit_path)}; {shlex.join(['env', *[f'{k}={v}' for k, v in env.items()], *argv])}"
+            res = await self.runner.run(["sh", "-c", f"setsid sh -c {shlex.quote(line)} >>{shlex.quote(srun_log)} "
+                                         "2>&1 </dev/null & echo $!"], timeout=30, check=True)
+            pid = int(res.stdout.strip().split()[-1])
+        h = ProcHandle(spec.name, spec.node, spec.host, self.kind, pid=pid, log_path=log, exit_path=exit_path,
+                       extra={"job_id": self.job_id, "srun_log": srun_log, "srun_here": self.local_control})
+        step = await self._find_step(spec.name)
+        if step:
+            h.step = step
+            self._steps[spec.name] = step
+        return h
+
+    async def _steps_now(self, max_age: float = 0.5) -> dict[str, tuple[str, str]]:
+        """job-name -> (step id, state) for this job's steps, cached for max_age seconds."""
+        async with self._lock:
+            t, table = self._step_table
+            if time.monotonic() - t < max_age:
+                return table
+            res = await self.runner.run(["squeue", "-h", "-s", "-j", str(self.job_id), "-o", "%i|%j|%T"], timeout=20)
+            table = {}
+            if res.ok:
+                for line in res.stdout.splitlines():
+                    parts = line.strip().split("|")
+                    if len(parts) >= 2:
+                        table[parts[1]] = (parts[0], parts[2] if len(parts) > 2 else "")
+            self._step_table = (time.monotonic(), table)
+            return table
+
+    async def _find_step(self, name: str) -> str | None:
+        for _ in range(25):
+            steps = await self._steps_now(max_age=0.0)
+            if name in steps:
+                return steps[name][0]
+            await asyncio.sleep(0.2)
+        return None
+
+    async def _exit_code(self, h: ProcHandle) -> int | None:
+        if self.local_control:
+            try:
+                return int(Path(h.exit_path).read_text().strip())
+            except (OSError, ValueError):
+                return None
+        res = await self.runner.run(["cat", h.exit_path], timeout=10)
+        try:
+            return int(res.stdout.strip()) if res.ok else None
+        except ValueError:
+            return None
+
+    async def poll(self, handle: ProcHandle) -> ProcStatus:
+        child = self._children.get(handle.name)
+        if child is not None and child.poll() is None:
+            return ProcStatus(True)
+        code = await self._exit_code(handle)
+        if code is not None:
+            return ProcStatus(False, code, describe_exit(code))
+        steps = await self._steps_now()
+        if handle.name in steps:
+            return ProcStatus(True)
+        if child is None and handle.pid and not self.local_control:
+            res = await self.runner.run(["kill", "-0", str(handle.pid)], timeout=10)
+            if res.ok:
+                return ProcStatus(True)
+        return ProcStatus(False, None, await self._step_end(handle))
+
+    async def _step_end(self, h: ProcHandle) -> str:
+        step = h.step or self._steps.get(h.name)
+        if not step:
+            srun = await self._read(h.extra.get("srun_log", ""))
+            return f"the step never started: {srun.strip().splitlines()[-1] if srun.strip() else 'srun gave no reason'}"
+        res = await self.runner.run(["sacct", "-n", "-P", "-j", step, "-o", "State,ExitCode"], timeout=20)
+        line = res.stdout.strip().splitlines()[0] if res.ok and res.stdout.strip() else ""
+        return f"step {step} {line.replace('|', ' exit ')}" if line else f"step {step} ended"
+
+    async def _read(self, path: str) -> str:
+        if not path:
+            return ""
+        if self.local_control:
+            try:
+                return Path(path).read_text(errors="replace")
+            except OSError:
+                return ""
+        res = await self.runner.run(["cat", path], timeout=10)
+        return res.stdout if res.ok else ""
+
+    async def wait(self, handle: ProcHandle) -> ProcStatus:
+        child = self._children.get(handle.name)
+        if child is not None:
+            await wait_exit(child.pid, child)
+            return await self.poll(handle)
+        while True:  # reattached: the exit file is the fast signal, the step table the safe one
+            st = await self.poll(handle)
+            if not st.alive:
+                return st
+            await asyncio.sleep(0.25 if self.local_control else 1.0)
+
+    def tail(self, handle: ProcHandle, offset: int) -> AsyncIterator[tuple[int, str]]:
+        if self.local_control:
+            return follow(handle.log_path, offset)
+        from ..remote_tail import tail as remote_tail
+
+        return remote_tail(self.runner, handle.log_path, offset)
+
+    async def stop(self, handles: list[ProcHandle], grace: float) -> list[StopReport]:
+        return list(await asyncio.gather(*(self._stop_one(h, grace) for h in handles)))
+
+    async def _stop_one(self, h: ProcHandle, grace: float) -> StopReport:
+        t0 = time.monotonic()
+        step = h.step or self._steps.get(h.name) or (await self._steps_now(0.0)).get(h.name, ("", ""))[0]
+        if not (await self.poll(h)).alive:
+            return StopReport(h.name, h.node, True, "already gone")
+        if step:
+            await self.runner.run(["scancel", "--signal=TERM", step], timeout=20)
+        elif h.pid and self.local_control:
+            _signal_group(h.pid, 15)
+        while time.monotonic() - t0 < grace:
+            if not (await self._alive_fresh(h)):
+                return StopReport(h.name, h.node, True, f"scancel --signal=TERM {step}, gone in "
+                                  f"{time.monotonic() - t0:.1f}s")
+            await asyncio.sleep(0.2)
+        if step:
+            await self.runner.run(["scancel", "--signal=KILL", step], timeout=20)
+            await self.runner.run(["scancel", step], timeout=20)
+        if h.pid and self.local_control:
+            _signal_group(h.pid, 9)
+        t1 = time.monotonic()
+        while time.monotonic() - t1 < 10:
+            if not (await self._alive_fresh(h)):
+                return StopReport(h.name, h.node, True, f"killed after {grace:g}s grace (scancel {step}), gone")
+            await asyncio.sleep(0.25)
+        return StopReport(h.name, h.node, False, f"step {step} still listed after scancel")
+
+    async def _alive_fresh(self, h: ProcHandle) -> bool:
+        child = self._children.get(h.name)
+        if child is not None and child.poll() is None:
+            return True
+        steps = await self._steps_now(max_age=0.2)
+        return h.name in steps
+
+    async def release(self) -> list[str]:
+        """Verify no process of the run is left on any node, then cancel the holding job (if ours)."""
+        done: list[str] = []
+        if not self.job_id:
+            return done
+        alive_job = await self.runner.run(["squeue", "-h", "-j", str(self.job_id), "-o", "%T|%N"], timeout=20)
+        line = alive_job.stdout.strip()
+        if line.startswith("RUNNING"):
+            nodes = expand_hostlist(line.split("|", 1)[1])
+            done += await self._sweep_nodes(nodes)
+        if not self.job_owned:
+            done.append(f"job {self.job_id} left running (it was given with --job, not started by atomdeck)")
+            return done
+        if line:
+            await self.runner.run(["scancel", str(self.job_id)], timeout=20)
+            for _ in range(100):
+                q = await self.runner.run(["squeue", "-h", "-j", str(self.job_id)], timeout=20)
+                if q.ok and not q.stdout.strip():
+                    break
+                await asyncio.sleep(0.2)
+            else:
+                done.append(f"job {self.job_id} still listed by squeue after scancel")
+                return done
+        acct = await self.runner.run(["sacct", "-n", "-X", "-P", "-j", str(self.job_id), "-o", "State"], timeout=20)
+        state = acct.stdout.strip().splitlines()[0] if acct.ok and acct.stdout.strip() else "gone from squeue"
+        done.append(f"holding job {self.job_id} cancelled ({state})")
+        return done
+
+    async def _sweep_nodes(self, nodes: list[str]) -> list[str]:
+        """Kill any process of this run still alive on the nodes (found by its environment marker)."""
+        script = (f'for f in /proc/[0-9]*/environ; do p=${{f#/proc/}}; p=${{p%/environ}}; '
+                  f'tr "\\0" "\\n" < "$f" 2>/dev/null | grep -q "^ATOMDECK_RUN={self.run_id}:" && '
+                  f'[ "$p" != "$$" ] && kill -9 "$p" 2>/dev/null && echo "killed $p on $(hostname)"; done; true')
+        argv = ["srun", "--jobid", str(self.job_id), "--overlap", "-w", ",".join(nodes), f"-N{len(nodes)}",
+                f"-n{len(nodes)}", "--ntasks-per-node=1", "--job-name=atomdeck-sweep", "sh", "-c", script]
+        res = await self.runner.run(argv, timeout=60, env={"ATOMDECK_RUN": ""})
+        killed = [ln for ln in res.stdout.splitlines() if ln.startswith("killed")]
+        if killed:
+            return [f"swept leftovers: {', '.join(killed)}"]
+        return [f"no process of the run left on {', '.join(nodes)}"] if res.ok else \
+            [f"could not check the nodes for leftovers: {res.explain()}"]
+
+    async def node_health(self, nodes: list[str]) -> dict[str, str]:
+        """'' for a healthy node, else why not (e.g. 'down, not responding: Not responding')."""
+        try:
+            inv = await query_nodes(self.cluster, nodes, self.runner)
+        except AtomdeckError as e:
+            return {n: f"unknown: {e}" for n in nodes}
+        return {n.name: n.why_unhealthy() for n in inv}
+
+    def probe_runner(self, node: str | None = None) -> Runner:
+        return self.runner if not self.local_control else LocalRunner()
+
+    async def close(self) -> None:
+        await self.runner.close()
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+__all__ = ["SlurmLauncher", "query_nodes", "PreflightError", "launcher_wrap"]
