@@ -97,7 +97,22 @@ def test_wrong_kv_role_makes_the_router_exit_and_says_why(runs):
     run, state = launch_and_watch(ws, runs)
     assert state.status == "failed"
     assert "is not a prefill (kv_role=" in state.diagnosis
-    assert state.checks["kv_role:prefill-0"].ok is False
+    assert state.procs["router"].exit_code == 1
+
+
+def test_kv_role_is_checked_on_the_worker_itself(runs):
+    """Even before AToMesh complains, atomdeck asks the prefill which role it runs."""
+    ws = workspace(prefill__env={"ATOMSIM_KV_ROLE": "kv_consumer"})
+
+    async def go():
+        run = await Run.launch(ws, ws.assess())
+        runs.append(run)
+        return await run.watch(until=lambda s: "kv_role:prefill-0" in s.checks, timeout=20)
+
+    state = asyncio.run(go())
+    check = state.checks["kv_role:prefill-0"]
+    assert check.ok is False
+    assert check.detail.startswith("prefill-0 reports kv_role=kv_consumer, expected kv_producer")
 
 
 def test_refused_handshake_fails_the_smoke_request_and_the_pair(runs):
