@@ -171,8 +171,9 @@ class Run:
             run.offsets = {}
         for name, h in run.handles.items():
             p = run.state.procs.get(name)
-            if p is not None and not p.last_lines and h.log_path and h.launcher != "ssh":
-                p.last_lines.extend(read_last_lines(h.log_path, 20))
+            if p is not None and not p.last_lines:
+                local = h.log_path if h.launcher != "ssh" else str(rd.log_path(name))  # ssh: the local mirror
+                p.last_lines.extend(read_last_lines(local, 20))
         return run
 
     @staticmethod
@@ -222,6 +223,10 @@ class Run:
         tasks += [asyncio.create_task(self._router_checks(), name="router"),
                   asyncio.create_task(self._ticker(), name="ticker"),
                   asyncio.create_task(self._node_health(), name="nodes")]
+        conn_hook = getattr(self.launcher, "on_connection_state", None)
+        if conn_hook is not None:
+            conn_hook(lambda node, state, reason: self.emit(Event("conn", node, "ok" if state == "up" else state,
+                                                                   reason)))
         deadline = time.monotonic() + timeout if timeout else None
         try:
             while True:

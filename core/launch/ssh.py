@@ -1,0 +1,240 @@
+"""The ssh launcher: each process started detached on its node (its own session, a pidfile and a log
+in a per-run directory on the node), watched and stopped over pooled SSH connections.
+
+The processes survive the console and the connection; teardown kills the recorded process groups
+(after checking they still carry this run's marker) and verifies they are gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shlex
+from pathlib import Path
+from typing import AsyncIterator, Callable
+
+from ..cluster import Cluster
+from ..commands import ProcessSpec
+from ..errors import AtomdeckError
+from ..shell import LocalRunner, Runner
+from .base import SUPERVISOR, Launcher, ProcHandle, ProcStatus, StopReport, marker
+from .local import describe_exit
+
+# $1 pid: wait until the process is gone (zombies count as gone), then print its exit code if known.
+WAIT_SCRIPT = r'''pid=$1; ef=$2
+while s=$(sed 's/.*) //' /proc/"$pid"/stat 2>/dev/null | cut -d' ' -f1) && [ "$s" != Z ] && [ "$s" != X ]; do
+  sleep 0.2
+done
+if [ -s "$ef" ]; then echo "exit=$(cat "$ef")"; else echo "exit="; fi'''
+
+# $1 process group, $2 marker value, $3 grace seconds: TERM, wait, KILL, verify. One line of result.
+STOP_SCRIPT = r'''pg=$1; mark=$2; grace=$3
+members() { ps -e -o pid=,pgid=,stat= | awk -v g="$pg" '$2==g && $3 !~ /^Z/ {print $1}'; }
+m=$(members)
+[ -z "$m" ] && { echo "gone already"; exit 0; }
+ours=
+for p in $m; do tr '\0' '\n' < /proc/"$p"/environ 2>/dev/null | grep -qx "ATOMDECK_RUN=$mark" && ours=1; done
+[ -z "$ours" ] && { echo "left group $pg holds no process of this run"; exit 3; }
+kill -TERM -"$pg" 2>/dev/null
+t=0
+while [ -n "$(members)" ]; do
+  if [ "$t" -ge $((grace * 10)) ]; then break; fi
+  sleep 0.1; t=$((t + 1))
+done
+if [ -z "$(members)" ]; then echo "gone after SIGTERM in $((t / 10)).$((t % 10))s"; exit 0; fi
+kill -KILL -"$pg" 2>/dev/null
+for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do [ -z "$(members)" ] && break; sleep 0.1; done
+if [ -z "$(members)" ]; then echo "gone after SIGKILL (grace ${grace}s)"; exit 0; fi
+echo "left pids $(members | tr '\n' ' ')"; exit 4'''
+
+SWEEP_SCRIPT = r'''run=$1
+for f in /proc/[0-9]*/environ; do
+  p=${f#/proc/}; p=${p%/environ}
+  [ "$p" = "$$" ] && continue
+  tr '\0' '\n' < "$f" 2>/dev/null | grep -q "^ATOMDECK_RUN=$run:" && kill -9 "$p" 2>/dev/null && echo "killed $p"
+done; true'''
+
+
+class SshLauncher(Launcher):
+    kind = "ssh"
+
+    def __init__(self, run_id: str, run_dir: str, cluster: Cluster, meta: dict):
+        super().__init__(run_id, run_dir)
+        self.cluster = cluster
+        self.remote_dir = meta.get("remote_dir") or f"{cluster.remote_dir.rstrip('/')}/{run_id}"
+        self._runners: dict[str, Runner] = {}
+        self._conn_listeners: list[Callable[[str, str, str], None]] = []
+        self._unsub: list[Callable[[], None]] = []
+
+    def runner(self, node: str) -> Runner:
+        if node not in self._runners:
+            from ..sshconn import ssh_runner_for_node
+
+            r = ssh_runner_for_node(self.cluster, node)
+            self._runners[node] = r
+            watch = getattr(r, "watch", None)
+            if watch is not None:
+                self._unsub.append(watch(lambda st, n=node: self._on_conn(n, st)))
+        return self._runners[node]
+
+    def _on_conn(self, node: str, st) -> None:
+        for fn in list(self._conn_listeners):
+            fn(node, st.state, st.reason)
+
+    def on_connection_state(self, fn: Callable[[str, str, str], None]) -> None:
+        """fn(node, state, reason) on every SSH connection state change (up, lost, reconnecting, ...)."""
+        self._conn_listeners.append(fn)
+
+    # ---------------------------------------------------------------------------------------- prepare
+    async def prepare(self, plan, processes: list[ProcessSpec]) -> dict:
+        from ..preflight import checks_for, command, findings_from, parse
+        from .slurm import PreflightError
+
+        nodes = list(plan.selection.all())
+
+        async def mk(node: str) -> None:
+            await self.runner(node).run(["mkdir", "-p", "-m", "700", f"{self.remote_dir}/logs"], timeout=30,
+                                        check=True)
+
+        await asyncio.gather(*(mk(n) for n in nodes))  # also: the first connection to every node, in parallel
+        checks = checks_for(plan, processes)
+
+        async def one(ch) -> None:
+            res = await self.runner(ch.node).run(command(ch), timeout=60)
+            ch.result = parse(res.stdout)
+            if not res.ok and "preflight" not in ch.result:
+                ch.result["error"] = (res.stderr or res.stdout).strip()[-300:]
+
+        await asyncio.gather(*(one(ch) for ch in checks))
+        findings = [f for ch in checks for f in findings_from(ch, plan.recipe.model.path)]
+        if findings:
+            raise PreflightError(findings)
+        return {"remote_dir": self.remote_dir, "nic": {ch.node: ch.result.get("nic", "none") for ch in checks}}
+
+    # ---------------------------------------------------------------------------------------- processes
+    async def start(self, spec: ProcessSpec) -> ProcHandle:
+        logs = f"{self.remote_dir}/logs"
+        log, exit_path, pid_path = f"{logs}/{spec.name}.log", f"{logs}/{spec.name}.exit", f"{logs}/{spec.name}.pid"
+        detached = shlex.join(["env", f"ATOMDECK_RUN={self.run_id}:{spec.name}", "setsid", "/bin/sh", "-c",
+                               SUPERVISOR, marker(self.run_id, spec.name), exit_path, *spec.inner])
+        q = shlex.quote
+        line = (f"rm -f {q(exit_path)}; cd {q(self.remote_dir)} && {detached} >>{q(log)} 2>&1 </dev/null & "
+                f"echo $! > {q(pid_path)}; echo $!")
+        res = await self.runner(spec.node).run(["sh", "-c", line], timeout=30, check=True)
+        pid = int(res.stdout.strip().split()[-1])
+        return ProcHandle(spec.name, spec.node, spec.host, self.kind, pid=pid, log_path=log, exit_path=exit_path,
+                          extra={"pid_path": pid_path, "remote_dir": self.remote_dir})
+
+    async def poll(self, handle: ProcHandle) -> ProcStatus:
+        script = ('s=$(sed "s/.*) //" /proc/$1/stat 2>/dev/null | cut -d" " -f1); '
+                  'if [ -n "$s" ] && [ "$s" != Z ] && [ "$s" != X ]; then echo alive; '
+                  'elif [ -s "$2" ]; then echo "exit=$(cat "$2")"; else echo exit=; fi')
+        res = await self.runner(handle.node).run(["sh", "-c", script, "poll", str(handle.pid), handle.exit_path],
+                                                 timeout=30)
+        out = res.stdout.strip()
+        if not res.ok:
+            raise AtomdeckError(f"cannot check {handle.name} on {handle.node}: {res.explain()}")
+        if out == "alive":
+            return ProcStatus(True)
+        code = _code(out)
+        return ProcStatus(False, code, describe_exit(code))
+
+    async def wait(self, handle: ProcHandle) -> ProcStatus:
+        """A remote loop watches the PID (0.2 s); a dropped connection is retried with back-off."""
+        delay = 0.25
+        while True:
+            try:
+                res = await self.runner(handle.node).run(
+                    ["sh", "-c", WAIT_SCRIPT, "wait", str(handle.pid), handle.exit_path], timeout=None)
+                if res.ok and res.stdout.strip().startswith("exit="):
+                    code = _code(res.stdout.strip().splitlines()[-1])
+                    return ProcStatus(False, code, describe_exit(code))
+            except AtomdeckError:
+                pass
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)
+
+    def tail(self, handle: ProcHandle, offset: int) -> AsyncIterator[tuple[int, str]]:
+        return self._mirrored_tail(handle, offset)
+
+    async def _mirrored_tail(self, handle: ProcHandle, offset: int) -> AsyncIterator[tuple[int, str]]:
+        """The node's log from a byte offset, resuming after drops. Lines past what the local mirror in the
+        run directory already holds are appended to it, so history can be shown without asking the node."""
+        from ..remote_tail import tail as remote_tail
+
+        mirror = Path(self.run_dir) / "logs" / f"{handle.name}.log"
+        mark = mirror.with_suffix(".mirrored")  # the node-side byte offset the mirror ends at
+        mirror.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            mirrored = int(mark.read_text().strip() or 0)
+        except (OSError, ValueError):
+            mirrored = 0
+        with open(mirror, "a", encoding="utf-8") as f:
+            async for off, line in remote_tail(self.runner(handle.node), handle.log_path, offset):
+                if off > mirrored:
+                    f.write(line + "\n")
+                    f.flush()
+                    mirrored = off
+                    mark.write_text(str(off))
+                yield off, line
+
+    async def stop(self, handles: list[ProcHandle], grace: float) -> list[StopReport]:
+        async def one(h: ProcHandle) -> StopReport:
+            if not h.pid:
+                return StopReport(h.name, h.node, True, "never started")
+            res = await self.runner(h.node).run(
+                ["sh", "-c", STOP_SCRIPT, "stop", str(h.pid), f"{self.run_id}:{h.name}", str(int(max(1, grace)))],
+                timeout=grace + 30)
+            text = res.stdout.strip().splitlines()[-1] if res.stdout.strip() else res.explain()
+            return StopReport(h.name, h.node, res.rc == 0, text)
+
+        return list(await asyncio.gather(*(one(h) for h in handles)))
+
+    async def release(self) -> list[str]:
+        """Sweep every node of the run for leftovers of this run (by environment marker)."""
+        out = []
+
+        async def sweep(node: str) -> None:
+            res = await self.runner(node).run(["sh", "-c", SWEEP_SCRIPT, "sweep", self.run_id], timeout=60)
+            killed = [ln for ln in res.stdout.splitlines() if ln.startswith("killed")]
+            out.append(f"{node}: swept {len(killed)} leftover process(es)" if killed else
+                       f"{node}: no process of the run left" if res.ok else f"{node}: could not check ({res.explain()})")
+
+        nodes = sorted(self._runners)
+        await asyncio.gather(*(sweep(n) for n in nodes))
+        return sorted(out)
+
+    def probe_runner(self, node: str | None = None) -> Runner:
+        """Probes go through the node's own SSH connection (direct-tcpip) when nodes are reached through
+        the login host, so a laptop outside the cluster network can still watch the barrier."""
+        if node and self.cluster.login and self.cluster.ssh.via_login:
+            return self.runner(node)
+        return LocalRunner()
+
+    async def node_health(self, nodes: list[str]) -> dict[str, str]:
+        out = {}
+        for n in nodes:
+            st = getattr(self._runners.get(n), "state", None)
+            if st is not None and st.state in ("lost", "reconnecting", "failed"):
+                out[n] = f"ssh {st.state}: {st.reason}" if st.reason else f"ssh {st.state}"
+            elif st is not None:
+                out[n] = ""
+        return out
+
+    async def close(self) -> None:
+        for u in self._unsub:
+            try:
+                u()
+            except Exception:
+                pass
+        self._unsub.clear()
+        for r in self._runners.values():
+            await r.close()
+
+
+def _code(line: str) -> int | None:
+    v = line.split("=", 1)[1].strip() if "=" in line else ""
+    try:
+        return int(v)
+    except ValueError:
+        return None
+
