@@ -1,0 +1,130 @@
+"""The Slurm launcher on the real lab: allocation, steps, serving, faults, teardown."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from atomdeck.core.run import Run
+
+from .runhelpers import (SPEED, cli, kill_worker_python, open_ports, run_pids, serve, squeue_job, squeue_steps,
+                         teardown, wait_for, workspace)
+
+pytestmark = [pytest.mark.lab, pytest.mark.slow]
+G = "mia1-p01-g0"
+
+
+def test_nodes_from_slurm_show_g37_drained_and_never_auto_selected(lab):
+    out = json.loads(cli("nodes", "--cluster", "lab", "--json").stdout)
+    rows = {r["name"]: r for r in out["nodes"]}
+    assert rows["mia1-p01-g37"]["usable"] is False
+    assert "DRAIN" in rows["mia1-p01-g37"]["state"] and rows["mia1-p01-g37"]["reason"]
+    assert [r["addr"] for r in out["nodes"] if r["name"] == G + "1"] == ["10.77.0.11"]
+    plan = json.loads(cli("plan", "demo-2p1d", "--cluster", "lab", "--json").stdout)
+    assert "mia1-p01-g37" not in {p["node"] for p in plan["processes"]}
+
+
+def test_asking_for_g37_is_refused_with_its_reason(lab):
+    p = cli("up", "demo-1p1d", "--cluster", "lab", "--nodes", f"mia1-p01-g37,{G}1")
+    assert p.returncode == 1
+    assert "mia1-p01-g37" in p.stderr and "persistently drained, not responding" in p.stderr
+    assert "nothing launched" in p.stderr
+
+
+@pytest.mark.parametrize("recipe,shape", [("demo-1p1d", "1/1P 1/1D router serving"),
+                                          ("demo-2p1d", "2/2P 1/1D router serving")])
+def test_serving_through_slurm_then_down_leaves_no_job_step_process_or_port(lab, recipe, shape):
+    run, state = serve(workspace(recipe, "lab"))
+    job = run.rd.meta()["job_id"]
+    try:
+        assert state.status == "serving", state.diagnosis
+        assert state.readiness() == shape and state.checks["smoke"].ok
+        assert squeue_job(job) == "RUNNING"
+        assert len(squeue_steps(job).splitlines()) >= len(run.processes)
+        assert set(run_pids(lab, run.id)) == set(run.plan.selection.all())
+    finally:
+        report = teardown(run.id)
+    assert report.clean, report.lines()
+    assert squeue_job(job) == "" and squeue_steps(job) == ""
+    assert run_pids(lab, run.id) == {}
+    assert open_ports(run) == []
+    acct = subprocess.run(["sacct", "-n", "-X", "-P", "-j", job, "-o", "State"], capture_output=True, text=True)
+    assert acct.stdout.startswith("CANCELLED")
+
+
+def test_worker_killed_on_its_node_is_reported_failed_within_two_seconds(lab):
+    ws = workspace("demo-1p1d", "lab")
+
+    async def go():
+        run = await Run.launch(ws, ws.assess())
+        state = await run.watch(until=lambda s: s.status in ("serving", "failed"), timeout=60)
+        assert state.status == "serving", state.diagnosis
+        t_kill = time.time()
+        kill_worker_python(lab, run.plan.endpoint("decode-0").node, run.id, "decode-0")
+        state = await run.watch(until=lambda s: s.procs["decode-0"].alive is False, timeout=10)
+        await run.close()
+        return run, state, t_kill
+
+    run, state, t_kill = asyncio.run(go())
+    try:
+        d = state.procs["decode-0"]
+        assert d.stage == "failed" and d.alive is False
+        assert d.since - t_kill < 2.0, f"noticed after {d.since - t_kill:.2f}s"
+        assert d.exit_code == 137 and "SIGKILL" in d.exit_detail
+        assert state.status == "failed" and "decode-0" in state.diagnosis
+    finally:
+        assert teardown(run.id).clean
+
+
+def test_node_whose_slurmd_dies_mid_run_is_reported(lab):
+    ws = workspace("demo-1p1d", "lab")
+    node = None
+
+    async def go():
+        nonlocal node
+        run = await Run.launch(ws, ws.assess())
+        state = await run.watch(until=lambda s: s.status in ("serving", "failed"), timeout=60)
+        assert state.status == "serving", state.diagnosis
+        node = run.plan.endpoint("decode-0").node
+        lab.kill_slurmd(node)
+        state = await run.watch(until=lambda s: s.conns.get(node, ("ok",))[0] != "ok", timeout=40)
+        await run.close()
+        return run, state
+
+    try:
+        run, state = asyncio.run(go())
+        st, detail, _ = state.conns[node]
+        assert st == "unhealthy" and "not responding" in detail
+        from atomdeck.core.diagnose import diagnose
+
+        assert f"node {node} is" in diagnose(state).headline
+    finally:
+        if node:
+            lab.start_slurmd(node)
+            lab.wait_node_state(node, r"^(idle|mixed|allocated)$", timeout=60)
+    assert teardown(run.id).clean
+
+
+def test_console_killed_then_down_from_a_new_process(lab):
+    env = {**os.environ, "ATOMDECK_SIM_SPEED": SPEED}
+    p = subprocess.Popen([sys.executable, "-m", "atomdeck.core.cli", "up", "demo-1p1d", "--cluster", "lab", "--wait"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    run_id = p.stdout.readline().strip()
+    assert run_id, p.stderr.read()
+    time.sleep(1.0)
+    os.kill(p.pid, signal.SIGKILL)
+    p.wait()
+    run = Run.open(run_id)
+    job = run.rd.meta()["job_id"]
+    # the steps survived the console
+    assert wait_for(lambda: len(squeue_steps(job).splitlines()) >= 3, 10)
+    down = cli("down", run_id)
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert squeue_job(job) == "" and run_pids(lab, run_id) == {} and open_ports(run) == []
