@@ -14,6 +14,7 @@ from .errors import AtomdeckError
 from .events import Event, RunState, jsonable
 from .run import Run
 from .rundir import RunDir
+from .secrets import redact_line
 from .watch.tail import follow
 
 _QUIET_KINDS = {"cell"}
@@ -171,6 +172,7 @@ async def _dump(run: Run, h, prefix: bool, last: int | None) -> None:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
     for line in lines[-last:] if last else lines:
+        line = redact_line(line)
         print(f"{h.name}| {line}" if prefix else line)
 
 
@@ -180,9 +182,11 @@ async def _follow(run: Run, h, prefix: bool, last: int | None) -> None:
         from .watch.tail import read_last_lines
 
         for line in read_last_lines(h.log_path, last):
+            line = redact_line(line)
             print(f"{h.name}| {line}" if prefix else line, flush=True)
         start = os.path.getsize(h.log_path)
     async for _, line in run.launcher.tail(h, start) if h.launcher == "ssh" else follow(h.log_path, start):
+        line = redact_line(line)
         print(f"{h.name}| {line}" if prefix else line, flush=True)
 
 

@@ -7,8 +7,9 @@ with --nodes/--override, so the console and `atomdeck plan` always agree. Never 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Mapping
+from typing import Any
 
 from .edit import set_field
 from .errors import ConfigError, ConfigIssue
@@ -32,17 +33,17 @@ class Design:
         """The same call `atomdeck plan --nodes N --override O` makes."""
         return replace(ws, recipe=self.recipe).assess(list(self.nodes) or None, self.overrides)
 
-    def toggle(self, node: str) -> "Design":
+    def toggle(self, node: str) -> Design:
         """Pick or unpick a node; a pick goes to the end of the rank order."""
         if node in self.nodes:
             return replace(self, nodes=tuple(n for n in self.nodes if n != node))
         return replace(self, nodes=(*self.nodes, node))
 
-    def auto_pick(self) -> "Design":
+    def auto_pick(self) -> Design:
         """Forget the hand-picked nodes so core chooses usable nodes for the layout."""
         return replace(self, nodes=())
 
-    def override(self, node: str, on: bool = True) -> "Design":
+    def override(self, node: str, on: bool = True) -> Design:
         """Allow (and pick) an unhealthy node, or withdraw that (and unpick it)."""
         if on:
             nodes = self.nodes if node in self.nodes else (*self.nodes, node)
@@ -50,7 +51,7 @@ class Design:
         return replace(self, overrides=self.overrides - {node},
                        nodes=tuple(n for n in self.nodes if n != node))
 
-    def assign(self, node: str, role: str, selection: Selection | None) -> "Design":
+    def assign(self, node: str, role: str, selection: Selection | None) -> Design:
         """Move a chosen node into `role` by swapping it with that role's first node.
 
         Core gives the first nodes_needed['prefill'] nodes of the rank order to prefill and the

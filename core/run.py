@@ -29,6 +29,7 @@ from .session import Workspace, default_context
 from .watch.barrier import BarrierProber
 from .watch.logs import classify
 from .watch.probes import http_get, http_post, tcp_probe
+from .secrets import MASK, is_secret, redact_line
 from .watch.tail import read_last_lines
 
 DEFAULT_GRACE = 10.0
@@ -92,8 +93,7 @@ class Run:
         self._changed = asyncio.Event()
         self._hints: set[str] = set()
         self._decode_target: dict[str, str] = {}
-        self._offsets_dirty = False
-        self._router_checked = False
+        self._secrets = {k: v for p in processes for k, v in p.all_env().items() if is_secret(k) and v and v != MASK}
 
     # ---------------------------------------------------------------------------------------- creation
     @classmethod
@@ -110,8 +110,8 @@ class Run:
         if job_id:
             meta["job_id"] = job_id
         rd.write_json("run.json", meta)
-        rd.write_text("recipe.yaml", plan.recipe.to_yaml())
-        rd.write_text("cluster.yaml", yaml.safe_dump(plan.cluster.model_dump(mode="json"), sort_keys=False))
+        rd.write_text("recipe.yaml", redacted_yaml(plan.recipe.model_dump(mode="json", exclude_defaults=True)))
+        rd.write_text("cluster.yaml", redacted_yaml(plan.cluster.model_dump(mode="json")))
         sel = plan.selection
         rd.write_json("selection.json", {"prefill": sel.prefill, "decode": sel.decode, "workers": sel.workers,
                                          "router": sel.router, "overrides": sorted(plan.overrides)})
@@ -281,10 +281,11 @@ class Run:
             self.offsets[name] = off
             self._on_line(name, line)
 
-    def _on_line(self, name: str, line: str) -> None:
+    def _on_line(self, name: str, raw: str) -> None:
         p = self.state.procs.get(name)
         if p is None:
             return
+        line = redact_line(raw, self._secrets)  # everything kept or shown from here on is redacted
         p.last_lines.append(line)
         p.last_line_at = time.time()
         for fn in list(self.line_listeners):
@@ -577,6 +578,18 @@ class Run:
     async def close(self) -> None:
         self.save_offsets()
         await self.launcher.close()
+
+
+def redacted_yaml(data: dict) -> str:
+    """YAML of a recipe or cluster with the values of secret-looking env entries masked (run directories
+    never hold secrets)."""
+    def walk(obj, in_env: bool = False):
+        if isinstance(obj, dict):
+            return {k: (MASK if in_env and is_secret(str(k)) and v else walk(v, k == "env")) for k, v in obj.items()}
+        if isinstance(obj, list):
+            return [walk(v) for v in obj]
+        return obj
+    return yaml.safe_dump(walk(data), sort_keys=False, default_flow_style=False, width=100)
 
 
 async def check_ports_free(plan: Plan, processes: list[ProcessSpec], launcher: Launcher) -> None:

@@ -41,3 +41,21 @@ def redact_text(text: str, env: dict[str, str]) -> str:
         if is_secret(k) and v and len(v) >= 4:
             text = text.replace(v, MASK)
     return text
+
+
+# Tokens that look like credentials even when atomdeck does not know the value (a reattached console).
+_TOKEN_SHAPES = re.compile(r"\b(hf_[A-Za-z0-9]{20,}|ghp_[A-Za-z0-9]{20,}|gh[ousr]_[A-Za-z0-9]{20,}|"
+                           r"sk-[A-Za-z0-9_-]{20,}|xox[abprs]-[A-Za-z0-9-]{10,}|AKIA[0-9A-Z]{16})\b")
+# NAME=value / "name": value where the name ends like a credential (HF_TOKEN, api_key, DB_PASSWORD), not
+# merely contains the word (max_tokens, num_speculative_tokens stay readable)
+_ASSIGN = re.compile(r"(?i)\b([A-Z0-9_]*(?:TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|ACCESS_KEY|PRIVATE_KEY|SECRET_KEY))"
+                     r"(['\"]?\s*[=:]\s*)(['\"]?)([^\s'\",}]+)")
+
+
+def redact_line(line: str, known: dict[str, str] | None = None) -> str:
+    """A log line safe to show: known secret values, NAME=value for secret-looking names, and
+    credential-shaped tokens masked."""
+    if known:
+        line = redact_text(line, known)
+    line = _ASSIGN.sub(lambda m: f"{m.group(1)}{m.group(2)}{m.group(3)}{MASK}", line)
+    return _TOKEN_SHAPES.sub(MASK, line)

@@ -201,6 +201,10 @@ class Worker:
                             f"('{self.bind_host}', {args.server_port}): {(e.strerror or str(e)).lower()}", "ERROR")
             atomlog.uvicorn("Application shutdown complete.")
             atomlog.hard_exit(1)
+        stamp = os.environ.get("ATOMSIM_BIND_STAMP")
+        if stamp:  # benchmarks: the exact moment the HTTP port started accepting, one file per address:port
+            with open(os.path.join(stamp, f"{self.bind_host}_{args.server_port}"), "w") as f:
+                f.write(repr(time.time()))
         log("Server started successfully and ready to accept requests")
         atomlog.uvicorn("Application startup complete.")
         atomlog.uvicorn(f"Uvicorn running on http://{args.host}:{args.server_port} (Press CTRL+C to quit)")

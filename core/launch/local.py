@@ -89,9 +89,9 @@ async def stop_groups(items: list[tuple[ProcHandle, int]], grace: float, is_ours
         t0 = time.monotonic()
         if not group_members(pgid):
             return StopReport(h.name, h.node, True, "already gone")
-        if not is_ours_fn(h):
-            return StopReport(h.name, h.node, False,
-                              f"process group {pgid} holds no process of this run; left alone")
+        if not is_ours_fn(h):  # the PID was reused (e.g. after a reboot): ours is gone, theirs is left alone
+            return StopReport(h.name, h.node, True,
+                              f"gone (process group {pgid} now holds someone else's processes; left alone)")
         try:
             os.killpg(pgid, signal.SIGTERM)
         except ProcessLookupError:

@@ -8,6 +8,7 @@ The processes survive the console and the connection; teardown kills the recorde
 from __future__ import annotations
 
 import asyncio
+import os
 import shlex
 from pathlib import Path
 from typing import AsyncIterator, Callable
@@ -33,7 +34,7 @@ m=$(members)
 [ -z "$m" ] && { echo "gone already"; exit 0; }
 ours=
 for p in $m; do tr '\0' '\n' < /proc/"$p"/environ 2>/dev/null | grep -qx "ATOMDECK_RUN=$mark" && ours=1; done
-[ -z "$ours" ] && { echo "left group $pg holds no process of this run"; exit 3; }
+[ -z "$ours" ] && { echo "gone (group $pg now holds someone else's processes; left alone)"; exit 0; }
 kill -TERM -"$pg" 2>/dev/null
 t=0
 while [ -n "$(members)" ]; do
@@ -52,6 +53,17 @@ for f in /proc/[0-9]*/environ; do
   [ "$p" = "$$" ] && continue
   tr '\0' '\n' < "$f" 2>/dev/null | grep -q "^ATOMDECK_RUN=$run:" && kill -9 "$p" 2>/dev/null && echo "killed $p"
 done; true'''
+
+
+def detached_command(run_id: str, name: str, remote_dir: str, log: str, exit_path: str, pid_path: str,
+                     inner: list[str]) -> str:
+    """The shell line that starts a process detached on a node (own session, log, pidfile) and prints its
+    PID. Every piece of the command is quoted with shlex: no value can change what runs."""
+    q = shlex.quote
+    detached = shlex.join(["env", f"ATOMDECK_RUN={run_id}:{name}", "setsid", "/bin/sh", "-c", SUPERVISOR,
+                           marker(run_id, name), exit_path, *inner])
+    return (f"umask 077; rm -f {q(exit_path)}; cd {q(remote_dir)} && {detached} >>{q(log)} 2>&1 </dev/null & "
+            f"echo $! > {q(pid_path)}; echo $!")
 
 
 class SshLauncher(Launcher):
@@ -114,11 +126,7 @@ class SshLauncher(Launcher):
     async def start(self, spec: ProcessSpec) -> ProcHandle:
         logs = f"{self.remote_dir}/logs"
         log, exit_path, pid_path = f"{logs}/{spec.name}.log", f"{logs}/{spec.name}.exit", f"{logs}/{spec.name}.pid"
-        detached = shlex.join(["env", f"ATOMDECK_RUN={self.run_id}:{spec.name}", "setsid", "/bin/sh", "-c",
-                               SUPERVISOR, marker(self.run_id, spec.name), exit_path, *spec.inner])
-        q = shlex.quote
-        line = (f"rm -f {q(exit_path)}; cd {q(self.remote_dir)} && {detached} >>{q(log)} 2>&1 </dev/null & "
-                f"echo $! > {q(pid_path)}; echo $!")
+        line = detached_command(self.run_id, spec.name, self.remote_dir, log, exit_path, pid_path, spec.inner)
         res = await self.runner(spec.node).run(["sh", "-c", line], timeout=30, check=True)
         pid = int(res.stdout.strip().split()[-1])
         return ProcHandle(spec.name, spec.node, spec.host, self.kind, pid=pid, log_path=log, exit_path=exit_path,
@@ -168,7 +176,8 @@ class SshLauncher(Launcher):
             mirrored = int(mark.read_text().strip() or 0)
         except (OSError, ValueError):
             mirrored = 0
-        with open(mirror, "a", encoding="utf-8") as f:
+        fd = os.open(mirror, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        with open(fd, "a", encoding="utf-8") as f:
             async for off, line in remote_tail(self.runner(handle.node), handle.log_path, offset):
                 if off > mirrored:
                     f.write(line + "\n")

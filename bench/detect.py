@@ -1,0 +1,165 @@
+"""Detection latency: from a simulated worker's port opening (or its process dying) to atomdeck's
+state change, side by side with what today's scripts do (a 5 s TCP poll, a 10 s HTTP /health poll),
+measured in the same run on the same ports. Also the probe traffic atomdeck makes."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import signal
+import socket
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from common import save, summary
+
+from atomdeck.core.cluster import parse_cluster
+from atomdeck.core.events import Event
+from atomdeck.core.recipe import parse_recipe
+from atomdeck.core.run import Run
+from atomdeck.core.session import Workspace, load_workspace
+
+WORKERS = 4
+
+
+def _cluster(trial: int) -> str:
+    nodes = "\n".join(f"  - {{name: b{trial}-n{i}, addr: 127.0.{20 + trial}.{11 + i}, gpus: 8}}"
+                      for i in range(WORKERS))
+    return f"name: bench{trial}\nlauncher: local\nnode_ip: {{method: static}}\nsimulator: {{enabled: true}}\nnodes:\n{nodes}\n"
+
+
+def _recipe(slow: float, stamps: str) -> str:
+    return f"""
+name: bench-detect
+mode: aggregate
+model: {{path: atomdeck/demo-tiny-8b}}
+aggregate:
+  workers: {WORKERS}
+  tp: 8
+  env: {{ATOMSIM_SLOW_LOAD: "{slow:.2f}", ATOMSIM_BIND_STAMP: "{stamps}"}}
+health: {{smoke_timeout_s: 10}}
+"""
+
+
+async def tcp_poll(host: str, port: int, every: float, found: dict, key: str, t0: float) -> None:
+    """sync.py barrier: connect every `every` s (2 s timeout) until it opens; started at a random phase."""
+    await asyncio.sleep(random.uniform(0, every))
+    while key not in found:
+        s = socket.socket()
+        s.settimeout(2)
+        ok = await asyncio.to_thread(s.connect_ex, (host, port)) == 0
+        s.close()
+        if ok:
+            found[key] = time.time()
+            return
+        await asyncio.sleep(every)
+
+
+async def http_poll(host: str, port: int, every: float, found: dict, key: str) -> None:
+    """server_atom.sh: curl -sf --max-time 10 /health every 10 s; started at a random phase."""
+    from atomdeck.core.watch.probes import http_get
+
+    await asyncio.sleep(random.uniform(0, every))
+    while key not in found:
+        r = await http_get(host, port, "/health", timeout=10)
+        if r.ok:
+            found[key] = time.time()
+            return
+        await asyncio.sleep(every)
+
+
+async def trial(i: int, base: Workspace, hints: bool) -> dict:
+    stamps = tempfile.mkdtemp(prefix="atomdeck-bench-stamps-")
+    slow = random.uniform(0.5, 3.0)
+    ws = Workspace(parse_recipe(_recipe(slow, stamps)), parse_cluster(_cluster(i)), base.catalog)
+    ws.inventory = ws.cluster.static_inventory()
+    os.environ["ATOMDECK_SIM_SPEED"] = "1"
+    run = await Run.launch(ws, ws.assess())
+    if not hints:  # probe-only: what atomdeck does for a program whose log says nothing
+        run._expected_soon = lambda c: False  # type: ignore[method-assign]
+    opened: dict[str, float] = {}
+    run.listeners.append(lambda e: _on(e, opened))
+    tcp5: dict[str, float] = {}
+    http10: dict[str, float] = {}
+    t0 = time.time()
+    eps = run.plan.role_endpoints("worker")
+    pollers = [asyncio.create_task(tcp_poll(e.host, e.http_port, 5.0, tcp5, f"{e.node}:{e.http_port}", t0))
+               for e in eps]
+    pollers += [asyncio.create_task(http_poll(e.host, e.http_port, 10.0, http10, f"{e.node}:{e.http_port}"))
+                for e in eps]
+    await run.watch(until=lambda s: all(f"{e.node}:{e.http_port}" in opened for e in eps), timeout=30)
+    await asyncio.wait_for(asyncio.gather(*pollers), 25)
+    rates = run.prober.rate() if run.prober else {}
+    # death: SIGKILL one worker, time until atomdeck reports it; the 5 s TCP poll sees the port close
+    victim = run.handles["worker-0"]
+    t_kill = time.time()
+    os.killpg(victim.pid, signal.SIGKILL)
+    died: dict[str, float] = {}
+    run.listeners.append(lambda e: died.setdefault("t", e.t) if e.kind == "proc.exit" and e.name == "worker-0"
+                         else None)
+    await run.watch(until=lambda s: s.procs["worker-0"].alive is False, timeout=10)
+    ep0 = eps[0]
+    closed_at = await _poll_closed(ep0.host, ep0.http_port, 5.0, t_kill)
+    await run.teardown(grace=3)
+    out = {"atomdeck": [], "tcp5": [], "http10": [], "rates": rates,
+           "death_atomdeck": died.get("t", float("nan")) - t_kill, "death_tcp5": closed_at - t_kill}
+    for e in eps:
+        key = f"{e.node}:{e.http_port}"
+        stamp = float(Path(stamps, f"{e.host}_{e.http_port}").read_text())
+        out["atomdeck"].append(opened[key] - stamp)
+        out["tcp5"].append(tcp5[key] - stamp)
+        out["http10"].append(http10[key] - stamp)
+    return out
+
+
+def _on(e: Event, opened: dict) -> None:
+    if e.kind == "cell" and e.value == "open":
+        opened.setdefault(e.name, e.t)
+
+
+async def _poll_closed(host: str, port: int, every: float, t_kill: float) -> float:
+    # a poller started at a random phase relative to the death
+    await asyncio.sleep(random.uniform(0, every))
+    while True:
+        s = socket.socket()
+        s.settimeout(2)
+        ok = s.connect_ex((host, port)) == 0
+        s.close()
+        if not ok:
+            return time.time()
+        await asyncio.sleep(every)
+
+
+async def main(trials: int = 6) -> dict:
+    base = load_workspace("demo-agg", "local")
+    results = {"hints": [], "probe_only": []}
+    for mode in ("hints", "probe_only"):
+        batch = await asyncio.gather(*(trial(i + (0 if mode == "hints" else trials), base, mode == "hints")
+                                       for i in range(trials)))
+        results[mode] = batch
+    out = {}
+    for mode, batch in results.items():
+        lat = [x for b in batch for x in b["atomdeck"]]
+        out[mode] = {"atomdeck": summary(lat), "tcp5": summary([x for b in batch for x in b["tcp5"]]),
+                     "http10": summary([x for b in batch for x in b["http10"]]),
+                     "death_atomdeck": summary([b["death_atomdeck"] for b in batch]),
+                     "death_tcp5": summary([b["death_tcp5"] for b in batch]),
+                     "connects_per_s_per_node": summary([r for b in batch for r in b["rates"].values()])}
+    h = out["hints"]
+    out["goal"] = {"median_le_0.25s": h["atomdeck"]["median"] <= 0.25, "p95_le_0.5s": h["atomdeck"]["p95"] <= 0.5,
+                   "10x_faster_than_baselines": h["tcp5"]["median"] / h["atomdeck"]["median"] >= 10 and
+                   h["http10"]["median"] / h["atomdeck"]["median"] >= 10}
+    return out
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("XDG_STATE_HOME", tempfile.mkdtemp(prefix="atomdeck-bench-state-"))
+    n = int(sys.argv[1]) if len(sys.argv) > 1 else 6
+    res = asyncio.run(main(n))
+    save("detect", res)
+    import json
+
+    print(json.dumps(res, indent=2))

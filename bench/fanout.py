@@ -1,0 +1,80 @@
+"""Launch fan-out over SSH and over srun: time until every process is started, in parallel versus
+one after another, for 1, 4 and 16 processes on the lab's 4 nodes. Goal: 16 within 2x the time of 1."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import tempfile
+import time
+
+from common import save
+
+from atomdeck.core.cluster import load_cluster
+from atomdeck.core.commands import ProcessSpec
+from atomdeck.core.launch.slurm import SlurmLauncher
+from atomdeck.core.launch.ssh import SshLauncher
+from atomdeck.core.paths import find_cluster
+from atomdeck.core.rundir import RunDir, new_run_id
+
+NODES = ["mia1-p01-g01", "mia1-p01-g02", "mia1-p01-g03", "mia1-p01-g04"]
+
+
+def specs(n: int) -> list[ProcessSpec]:
+    out = []
+    for i in range(n):
+        node = NODES[i % len(NODES)]
+        argv = ["sleep", "120"]
+        out.append(ProcessSpec(f"p{i}", "worker", node, node, argv, {}, {}, argv, argv, [], "", None))
+    return out
+
+
+async def _time_start(launcher, procs, parallel: bool) -> tuple[float, list]:
+    t0 = time.perf_counter()
+    if parallel:
+        handles = await asyncio.gather(*(launcher.start(p) for p in procs))
+    else:
+        handles = [await launcher.start(p) for p in procs]
+    return time.perf_counter() - t0, list(handles)
+
+
+async def bench_kind(kind: str) -> dict:
+    cluster = load_cluster(find_cluster("lab-ssh" if kind == "ssh" else "lab"))
+    out: dict = {}
+    run_id = new_run_id(f"bench-fanout-{kind}")
+    rd = RunDir.create(run_id)
+    if kind == "ssh":
+        launcher = SshLauncher(run_id, str(rd.path), cluster, {})
+        # warm: one connection per node (the launch path opens them in parallel during prepare)
+        await asyncio.gather(*(launcher.runner(n).run(["mkdir", "-p", f"{launcher.remote_dir}/logs"]) for n in NODES))
+    else:
+        launcher = SlurmLauncher(run_id, str(rd.path), cluster, {})
+        await launcher._submit(NODES)
+        await launcher._mkdir_shared()
+    try:
+        for n in (1, 4, 16):
+            for parallel in (True, False):
+                procs = specs(n)
+                for p in procs:
+                    object.__setattr__(p, "name", f"{p.name}-{n}-{'par' if parallel else 'seq'}")
+                dt, handles = await _time_start(launcher, procs, parallel)
+                out[f"{n}_{'parallel' if parallel else 'sequential'}_s"] = round(dt, 3)
+                await launcher.stop(handles, grace=2)
+    finally:
+        await launcher.release()
+        await launcher.close()
+    out["goal_16_within_2x_of_1"] = out["16_parallel_s"] <= 2 * out["1_parallel_s"]
+    return out
+
+
+async def main() -> dict:
+    return {"ssh": await bench_kind("ssh"), "srun": await bench_kind("slurm")}
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("XDG_STATE_HOME", tempfile.mkdtemp(prefix="atomdeck-bench-state-"))
+    res = asyncio.run(main())
+    save("fanout", res)
+    import json
+
+    print(json.dumps(res, indent=2))
