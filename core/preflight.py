@@ -85,7 +85,8 @@ def runtime_check(processes: list[ProcessSpec], node: str) -> str:
         if p.node != node or p.role == "router" or not p.inner:
             continue
         if p.inner[0] == "docker":
-            return "command -v docker >/dev/null || { echo 'docker: command not found'; exit 1; }"
+            return ("command -v docker >/dev/null || { echo 'docker: command not found'; exit 1; }; "
+                    "docker info >/dev/null 2>&1 || { echo 'docker: the Docker daemon is not reachable'; exit 1; }")
         if p.argv[:2] == ["python3", "-m"]:
             env = p.inner[1:len(p.inner) - len(p.argv)] if p.inner[0] == "env" else []
             probe = f"import importlib.util,sys; sys.exit(0 if importlib.util.find_spec({p.argv[2]!r}) else 1)"

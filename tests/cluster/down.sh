@@ -25,6 +25,7 @@ if pidfile_alive "$RUN/slurmctld.pid"; then
   fi
 fi
 
+[ -n "$did" ] && t "jobs cancelled"
 # 2. daemons of the lab hosts, then whatever is left in their network namespaces
 p=$(for h in "${HOSTS[@]}"; do pids_in "sshd-$h.pid"; pids_in "slurmd-$h.pid"; done)
 [ -n "$p" ] && did=1
@@ -36,19 +37,20 @@ for round in 1 2 3; do              # a dying job step can fork once more: look 
   did=1; stop_pids $live
 done
 
+[ -n "$did" ] && t "lab hosts' processes stopped"
 # 3. daemons on this machine (munged / MariaDB only if up.sh started them: pid file in $RUN)
-p=$(pids_in slurmctld.pid); [ -n "$p" ] && did=1; stop_pids $p
-p=$(pids_in slurmdbd.pid);  [ -n "$p" ] && did=1; stop_pids $p
+p=$(pids_in slurmctld.pid; pids_in slurmdbd.pid); [ -n "$p" ] && did=1; stop_pids $p
+[ -n "$did" ] && t "slurmctld + slurmdbd stopped"
 if [ -e "$RUN/acct-db" ]; then     # the accounting DB + user up.sh created
   if mariadb -e 'select 1' >/dev/null 2>&1; then
     mariadb -e "DROP DATABASE IF EXISTS atomdeck_lab_acct; DROP USER IF EXISTS 'atomdeck_lab'@'localhost';" 2>/dev/null
   fi
   rm -f "$RUN/acct-db"
 fi
-p=$(pids_in mariadbd.pid); [ -n "$p" ] && did=1; STOP_WAIT=15 stop_pids $p
-p=$(pids_in munged.pid);   [ -n "$p" ] && did=1; stop_pids $p
+p=$(pids_in mariadbd.pid; pids_in munged.pid); [ -n "$p" ] && did=1; STOP_WAIT=15 stop_pids $p
 [ -e /run/munge/munged.pid ] && ! pidfile_alive /run/munge/munged.pid && rm -f /run/munge/munged.pid
 
+[ -n "$did" ] && t "daemons on this machine stopped"
 # 4. network + UTS namespaces
 for h in "${HOSTS[@]}"; do
   [ -e "/run/netns/$h" ] && { did=1; ip netns del "$h" 2>/dev/null; }
@@ -73,8 +75,23 @@ done
 rm -f "$BACKUP/hosts.orig"
 if [ -s "$RUN/created" ]; then      # paths up.sh created, newest first
   did=1
+  # /run/netns is a bind mount of itself (ip netns): unmount it if no namespace is left in it,
+  # first (umount may recreate /run/mount/utab, which we remove next)
+  while read -r path; do
+    [ -d "$path" ] && mountpoint -q "$path" && [ -z "$(ls -A "$path")" ] && umount "$path"
+  done < "$RUN/created"
   tac "$RUN/created" | while read -r path; do
-    if [ -d "$path" ]; then rmdir "$path" 2>/dev/null; else rm -f "$path"; fi
+    if [ -d "$path" ]; then
+      case $path in
+        /run/netns) rmdir "$path" 2>/dev/null ;;   # may hold other people's namespaces
+        /run/sshd)                                  # privsep dir of every sshd: keep while one runs
+          other=; for p in $(pgrep -x sshd); do alive "$p" && other=1; done
+          [ -z "$other" ] && rmdir "$path" 2>/dev/null ;;
+        *) rm -rf "$path" ;;                       # sockets/pid files of daemons we ran
+      esac
+    else
+      rm -f "$path"
+    fi
   done
   rm -f "$RUN/created"
 fi

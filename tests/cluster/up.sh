@@ -13,7 +13,7 @@
 #
 # env: LAB=/var/lib/atomdeck-lab  WITH_ACCT=1 (slurmdbd+MariaDB, for sacct)  FRESH=1 (wipe Slurm
 #      state + accounting: job ids restart at 1)  SKIP_INSTALL=1  KEEP_ON_FAIL=1 (no auto-down)
-set -Eeuo pipefail
+set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 source "$HERE/lib.sh"
 WITH_ACCT=${WITH_ACCT:-1}
@@ -55,11 +55,13 @@ fi
 
 prc=
 cleanup_prc() { if [ -n "$prc" ]; then rm -f /usr/sbin/policy-rc.d; prc=; fi; }
-on_fail() {
-  local rc=$? line=$1 cmd=$2
-  trap - ERR
+fail_at=
+trap 'fail_at="line $LINENO: $BASH_COMMAND"' ERR    # not inherited by $(...): only remembers
+finish() {                                          # EXIT: failure, error or Ctrl-C after this point
+  local rc=$? f
   cleanup_prc
-  echo "up.sh FAILED (rc=$rc) at line $line: $cmd" >&2
+  [ "$rc" = 0 ] && return 0
+  echo "up.sh FAILED (rc=$rc) at ${fail_at:-a signal}" >&2
   for f in "$LAB"/log/*.log "$LAB"/log/*.err; do
     [ -s "$f" ] && { echo "--- tail $f" >&2; tail -n 15 "$f" >&2; }
   done
@@ -69,7 +71,9 @@ on_fail() {
   fi
   exit "$rc"
 }
-trap 'on_fail $LINENO "$BASH_COMMAND"' ERR
+trap finish EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 
 # ------------------------------------------------------------------------------ 1. packages
 PKGS="slurmctld slurmd slurm-client munge openssh-server openssh-client iproute2"
@@ -318,8 +322,11 @@ t "slurmctld, ${#NODES[@]} slurmd, ${#HOSTS[@]} sshd started"
 # ------------------------------------------------------------------------------ 9. wait until usable
 idle=0
 for i in $(seq 300); do
-  idle=$(sinfo -h -N -t idle -o %N 2>/dev/null | sort -u | wc -l)
+  idle=$(sinfo -h -N -t idle -o %N 2>/dev/null | sort -u | wc -l || true)
   [ "$idle" = "${#NODES[@]}" ] && break
+  if [ "$i" -gt 5 ] && ! pidfile_alive "$RUN/slurmctld.pid"; then
+    echo "slurmctld is not running (see $LAB/log/slurmctld.log, $LAB/log/daemons.out)" >&2; false
+  fi
   sleep 0.1
 done
 if [ "$idle" != "${#NODES[@]}" ]; then sinfo -N -l >&2 || true; echo "only $idle/${#NODES[@]} nodes idle" >&2; false; fi

@@ -1,0 +1,68 @@
+"""Fault matrix rows that need the real Slurm lab."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+
+import pytest
+import yaml
+
+from atomdeck.core.launch.slurm import PreflightError
+from atomdeck.core.paths import find_cluster
+from atomdeck.core.run import Run
+from atomdeck.core.session import load_workspace, fetch_inventory
+
+from .runhelpers import open_ports, run_pids, serve, squeue_job, squeue_steps, teardown, workspace
+
+pytestmark = [pytest.mark.lab, pytest.mark.slow]
+G = "mia1-p01-g0"
+
+
+def test_model_path_missing_on_one_node_is_refused_before_launch(lab, tmp_path, monkeypatch):
+    present = tmp_path / "models-a"
+    (present / "DeepSeek-V4-Pro").mkdir(parents=True)
+    cluster = yaml.safe_load(find_cluster("lab").read_text())
+    cluster.update(name="lab-docker", simulator={"enabled": False}, container={"runtime": "docker"},
+                   model_dirs=[{"pattern": f"{G}1", "path": str(present)},
+                               {"pattern": f"{G}2", "path": str(tmp_path / "models-b")}])
+    (tmp_path / "recipes" / "clusters").mkdir(parents=True)
+    (tmp_path / "recipes" / "clusters" / "lab-docker.yaml").write_text(yaml.safe_dump(cluster))
+    monkeypatch.chdir(tmp_path)
+    ws = load_workspace("dsv4-fp4-mi355x-1p1d-tp8", "lab-docker")
+    ws.inventory, _ = asyncio.run(fetch_inventory(ws.cluster))
+    a = ws.assess([f"{G}1", f"{G}2"])
+    assert a.ok, a.findings
+    with pytest.raises(PreflightError) as e:
+        asyncio.run(Run.launch(ws, a))
+    model = [f for f in e.value.findings if f.rule == "preflight-model"]
+    assert [f.node for f in model] == [f"{G}2"]
+    assert model[0].message == f"model path {tmp_path}/models-b/DeepSeek-V4-Pro is missing on {G}2"
+    assert {f.node for f in e.value.findings if f.rule == "preflight-runtime"} == {f"{G}1", f"{G}2"}
+    # the allocation was given back and nothing runs
+    run = Run.list()[-1]
+    assert run["status"] == "failed" and "pre-flight failed" in run["diagnosis"]
+    jobs = subprocess.run(["squeue", "-h"], capture_output=True, text=True).stdout.strip()
+    assert jobs == ""
+
+
+def test_scancel_from_outside_is_reported_and_down_is_clean(lab):
+    ws = workspace("demo-1p1d", "lab")
+
+    async def go():
+        run = await Run.launch(ws, ws.assess())
+        s = await run.watch(until=lambda s: s.status in ("serving", "failed"), timeout=60)
+        assert s.status == "serving", s.diagnosis
+        job = run.rd.meta()["job_id"]
+        subprocess.run(["scancel", str(job)], check=True)
+        s = await run.watch(until=lambda s: all(p.alive is False for p in s.procs.values()), timeout=20)
+        await run.close()
+        return run, s, job
+
+    run, state, job = asyncio.run(go())
+    assert state.status == "failed"
+    assert all(p.stage == "failed" for p in state.procs.values())
+    report = teardown(run.id)
+    assert report.clean, report.lines()
+    assert squeue_job(str(job)) == "" and squeue_steps(str(job)) == ""
+    assert run_pids(lab, run.id) == {} and open_ports(run) == []
