@@ -132,7 +132,7 @@ class Run:
         _write_plan_files(rd, a, processes)
         run = cls(rd, plan.recipe, plan.cluster, plan, processes, launcher, _fresh_state(run_id, plan, processes))
         run.emit(Event("run", value="launching", detail=f"{plan.shape} on {plan.cluster.name}"))
-        started = await asyncio.gather(*(launcher.start(p) for p in processes), return_exceptions=True)
+        started = await launcher.start_many(processes)
         for p, h in zip(processes, started):
             if isinstance(h, BaseException):
                 run.emit(Event("proc.stage", p.name, "failed", f"could not start: {h}"))

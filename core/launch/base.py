@@ -94,6 +94,12 @@ class Launcher(abc.ABC):
     async def start(self, spec: ProcessSpec) -> ProcHandle:
         """Start one process detached from this console; its output goes to its log."""
 
+    async def start_many(self, specs: list[ProcessSpec]) -> list[ProcHandle | BaseException]:
+        """Start every process, in parallel. A launcher that can batch per node overrides this."""
+        import asyncio
+
+        return list(await asyncio.gather(*(self.start(s) for s in specs), return_exceptions=True))
+
     @abc.abstractmethod
     async def poll(self, handle: ProcHandle) -> ProcStatus:
         """Is it alive, and if not, how did it end?"""

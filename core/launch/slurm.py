@@ -210,11 +210,12 @@ class SlurmLauncher(Launcher):
             return table
 
     async def _find_step(self, name: str) -> str | None:
-        for _ in range(25):
-            steps = await self._steps_now(max_age=0.0)
+        """The step id srun got (concurrent starts share one squeue call per 50 ms)."""
+        for _ in range(100):
+            steps = await self._steps_now(max_age=0.05)
             if name in steps:
                 return steps[name][0]
-            await asyncio.sleep(0.2)
+            await asyncio.sleep(0.05)
         return None
 
     async def _exit_code(self, h: ProcHandle) -> int | None:
