@@ -1,0 +1,133 @@
+"""Run every benchmark and write bench/results/latest.json and the table in bench/README.md.
+
+    .venv/bin/python bench/run_all.py            # everything (the lab parts need root and the lab up)
+    .venv/bin/python bench/run_all.py detect     # one section
+
+Machines here are shared and noisy: compare ratios measured in the same run, not absolute numbers
+from different days.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import tempfile
+
+from common import BENCH, load, save
+
+SECTIONS = ["detect", "scale", "teardown", "fanout", "console"]
+
+
+def lab_up() -> bool:
+    return subprocess.run(["sinfo", "-h"], capture_output=True).returncode == 0
+
+
+def run(section: str) -> None:
+    if section == "detect":
+        import detect
+
+        save("detect", asyncio.run(detect.main(6)))
+    elif section == "scale":
+        import scale
+
+        save("scale", scale.main())
+    elif section == "teardown":
+        import teardown
+
+        clusters = ["local"] + (["lab", "lab-ssh"] if lab_up() else [])
+        save("teardown", asyncio.run(teardown.main(clusters)))
+    elif section == "fanout":
+        if not lab_up():
+            print("fanout: the lab is not up (tests/cluster/up.sh as root); skipped", file=sys.stderr)
+            return
+        import fanout
+
+        save("fanout", asyncio.run(fanout.main()))
+    elif section == "console":
+        import console
+
+        save("console", console.main())
+
+
+def fmt(v, unit: str = "s") -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, bool):
+        return "yes" if v else "**no**"
+    if isinstance(v, float):
+        return f"{v * 1000:.0f} ms" if unit == "s" and v < 1 else f"{v:.2f} {unit}".strip()
+    return str(v)
+
+
+def table(r: dict) -> str:
+    out = ["| benchmark | result | goal | met |", "|---|---|---|---|"]
+    d = r.get("detect")
+    if d:
+        h, p = d["hints"], d["probe_only"]
+        out.append(f"| port open -> state change (with ATOM's log hints) | median {fmt(h['atomdeck']['median'])}, "
+                   f"p95 {fmt(h['atomdeck']['p95'])} (n={h['atomdeck']['n']}) | median <= 250 ms, p95 <= 500 ms | "
+                   f"{fmt(d['goal']['median_le_0.25s'] and d['goal']['p95_le_0.5s'])} |")
+        out.append(f"| same, probes only (a program that logs nothing) | median {fmt(p['atomdeck']['median'])}, p95 "
+                   f"{fmt(p['atomdeck']['p95'])} | (back-off to 2 s) | |")
+        out.append(f"| baseline: 5 s TCP poll (sync.py) | median {fmt(h['tcp5']['median'])}, p95 {fmt(h['tcp5']['p95'])}"
+                   f" | atomdeck >= 10x faster | {fmt(d['goal']['10x_faster_than_baselines'])} "
+                   f"({h['tcp5']['median'] / h['atomdeck']['median']:.0f}x) |")
+        out.append(f"| baseline: 10 s HTTP /health poll (server_atom.sh) | median {fmt(h['http10']['median'])}, p95 "
+                   f"{fmt(h['http10']['p95'])} | | ({h['http10']['median'] / h['atomdeck']['median']:.0f}x) |")
+        out.append(f"| process death -> reported | atomdeck median {fmt(h['death_atomdeck']['median'])}; 5 s TCP poll "
+                   f"{fmt(h['death_tcp5']['median'])} (InferenceX: only at its timeout) | within 1 s | "
+                   f"{fmt(h['death_atomdeck']['median'] < 1)} |")
+        out.append(f"| probe traffic | median {h['connects_per_s_per_node']['median']:.1f}, max "
+                   f"{h['connects_per_s_per_node']['max']:.1f} connects/s per node | bounded (<= 20/s) | "
+                   f"{fmt(h['connects_per_s_per_node']['max'] <= 20)} |")
+    f = r.get("fanout")
+    if f:
+        for kind in ("ssh", "srun"):
+            k = f[kind]
+            out.append(f"| launch fan-out over {kind}: 1 / 4 / 16 processes, parallel | {fmt(k['1_parallel_s'])} / "
+                       f"{fmt(k['4_parallel_s'])} / {fmt(k['16_parallel_s'])} (one after another: 16 in "
+                       f"{fmt(k['16_sequential_s'])}) | 16 within 2x of 1 | {fmt(k['goal_16_within_2x_of_1'])} "
+                       f"({k['16_parallel_s'] / k['1_parallel_s']:.1f}x) |")
+    t = r.get("teardown")
+    if t:
+        for key, v in t.items():
+            if isinstance(v, dict) and "seconds" in v:
+                out.append(f"| teardown {key} to verified clean | {fmt(v['seconds'])} | <= grace ({t['grace_s']:g} s) + 1 s"
+                           f" | {fmt(v['goal_le_grace_plus_1s'] and v['clean'])} |")
+    s = r.get("scale")
+    if s:
+        p = s["plan_lint_render_s"]
+        out.append(f"| plan + lint + commands, 8 / 64 / 256 nodes | {fmt(p['8'])} / {fmt(p['64'])} / {fmt(p['256'])} "
+                   f"(64 -> 256: x{s['growth_64_to_256']}) | <= 100 ms at 256, ~linear | {fmt(s['goal_256_le_100ms'])} |")
+        out.append(f"| `atomdeck --help` | {fmt(s['help_s'])} | | |")
+        out.append(f"| `atomdeck plan demo-2p1d --json` | {fmt(s['plan_json_s'])} | | |")
+    c = r.get("console")
+    if c:
+        for line in c.get("table", []):
+            out.append(line)
+    return "\n".join(out)
+
+
+def write_readme(r: dict) -> None:
+    path = BENCH / "README.md"
+    text = path.read_text() if path.exists() else ""
+    start, end = "<!-- results:start -->", "<!-- results:end -->"
+    block = f"{start}\n{table(r)}\n{end}"
+    if start in text and end in text:
+        text = text[:text.index(start)] + block + text[text.index(end) + len(end):]
+    else:
+        text += "\n" + block + "\n"
+    path.write_text(text)
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("XDG_STATE_HOME", tempfile.mkdtemp(prefix="atomdeck-bench-state-"))
+    sys.path.insert(0, str(BENCH))
+    wanted = sys.argv[1:] or SECTIONS
+    for section in wanted:
+        print(f"== {section}", file=sys.stderr, flush=True)
+        run(section)
+    write_readme(load())
+    print(table(load()))

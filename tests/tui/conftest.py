@@ -1,0 +1,41 @@
+"""Helpers for the console tests: a deterministic app (fixed clock, no timed refresh)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+from atomdeck.tui.app import ConsoleApp
+from textual.pilot import Pilot
+
+FIXED_TIME = datetime(2025, 1, 1, 12, 0, 0)
+SIZE = (140, 45)
+
+
+@pytest.fixture(autouse=True)
+def _stable_env(monkeypatch):
+    """Container names carry $USER and the simulator env carries the speed: pin both."""
+    monkeypatch.setenv("USER", "operator")
+    monkeypatch.delenv("ATOMDECK_SIM_SPEED", raising=False)
+
+
+def make_app(**kw) -> ConsoleApp:
+    kw.setdefault("refresh_s", None)
+    kw.setdefault("clock", lambda: FIXED_TIME)
+    return ConsoleApp(**kw)
+
+
+async def ready(pilot: Pilot) -> None:
+    """Wait for the inventory worker and the redraw it causes."""
+    await pilot.app.workers.wait_for_complete()
+    await pilot.pause()
+    await pilot.pause()
+
+
+def pytest_configure(config):
+    """A failed snapshot writes an HTML report; keep it out of the checkout."""
+    import tempfile
+
+    if getattr(config.option, "snapshot_report", None) == "snapshot_report.html":
+        config.option.snapshot_report = str(Path(tempfile.gettempdir()) / "atomdeck-snapshot-report.html")

@@ -1,0 +1,397 @@
+"""The atomdeck console: design a P/D deployment (nodes, layout, every command), then launch.
+
+The App holds the working state (workspace, design, assessment) and re-assesses through core on
+every change; the views only draw it. Views are App modes, reached with 1/2/3 like k9s; the run
+engine (part 2) adds its own view with `add_view` and fills in `launch_handler`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable
+from datetime import datetime
+from functools import partial
+from pathlib import Path
+from typing import Any, ClassVar
+
+from rich.text import Text
+from textual import work
+from textual.app import App, SystemCommand
+from textual.screen import Screen
+from textual.timer import Timer
+
+from ..core.cluster import Cluster
+from ..core.design import Design
+from ..core.inventory import Node
+from ..core.lint import Assessment
+from ..core.session import Workspace, fetch_inventory, load_workspace, offline_nodes
+from . import bindings
+from .messages import DesignChanged, InventoryUpdated, LaunchRequested
+from .screens.base import DesignScreen
+from .screens.layout import LayoutScreen
+from .screens.nodes import NodesScreen
+from .screens.preview import PreviewScreen
+
+DEMO_CLUSTER = "local"
+DEMO_RECIPE = "demo-1p1d"
+
+LaunchHandler = Callable[[Assessment], Awaitable[None]]
+InventoryFetch = Callable[[Cluster, bool], Awaitable[tuple[list[Node], str]]]
+
+
+class ConsoleApp(App[int]):
+    TITLE = "atomdeck"
+    CSS_PATH = "atomdeck.tcss"
+    BINDINGS = bindings.APP
+    MODES: ClassVar[dict[str, str | Callable[[], Screen]]] = {
+        "nodes": NodesScreen, "layout": LayoutScreen, "preview": PreviewScreen}
+
+    def __init__(self, recipe: str = DEMO_RECIPE, cluster: str = DEMO_CLUSTER, *, readonly: bool = False,
+                 offline: bool = False, refresh_s: float | None = 10.0, ask: bool = False,
+                 nodes: Iterable[str] = (), overrides: Iterable[str] = (), named_nodes: Iterable[str] = (),
+                 clock: Callable[[], datetime] | None = None, keymap_file: Path | None = None,
+                 launch_handler: LaunchHandler | None = None, fetch: InventoryFetch | None = None,
+                 theme: str | None = None) -> None:
+        """Loads the recipe and cluster now (errors reach the caller before the screen opens).
+
+        offline: never ask Slurm (node states from the cluster file); refresh_s: seconds between
+        inventory refreshes (None: only on ctrl+r); ask: open on the Open screen; named_nodes:
+        plan on these node names when no inventory can be read; clock, fetch: for tests.
+        """
+        super().__init__()
+        self.readonly = readonly
+        self.offline = offline
+        self.refresh_s = refresh_s
+        self.clock = clock or datetime.now
+        self.fetch: InventoryFetch = fetch or fetch_inventory
+        self.launch_handler: LaunchHandler | None = launch_handler
+        self.keymap_file = keymap_file
+        self.keymap: dict[str, str] = {}
+        self.named_nodes: list[str] = list(named_nodes)
+        self.views: list[tuple[str, str]] = [("nodes", "Nodes"), ("layout", "Layout"), ("preview", "Preview")]
+        self.version = 0
+        self.inventory_at: datetime | None = None
+        self._ask = ask
+        self._theme_choice = theme
+        self._refresh_timer: Timer | None = None
+        self.workspace: Workspace = load_workspace(recipe, cluster)
+        self.design = Design(self.workspace.recipe, tuple(nodes), frozenset(overrides))
+        self.assessment: Assessment = self.design.assess(self.workspace)
+
+    # -- start-up ---------------------------------------------------------------------------
+    def on_mount(self) -> None:
+        keymap, problems = bindings.load_keymap(self.keymap_file)
+        self.keymap = keymap
+        if keymap:
+            self.set_keymap(keymap)
+        for p in problems:
+            self.notify(p, title="keymap", severity="warning", timeout=8)
+        self._load_theme()
+        self.theme_changed_signal.subscribe(self, self._on_theme_changed)
+        self.switch_mode("nodes")
+        if self._ask:
+            self.action_open()
+        self.refresh_inventory()
+
+    def add_view(self, mode: str, title: str, screen: Callable[[], Screen] | str) -> None:
+        """Add a view (e.g. the run engine's "run"); it gets the next number key's place in the bar."""
+        self.add_mode(mode, screen)
+        self.views.append((mode, title))
+
+    def action_view(self, mode: str) -> None:
+        if mode in dict(self.views) and self.current_mode != mode:
+            self.switch_mode(mode)
+
+    # -- the design: every change goes through core -------------------------------------------
+    def set_design(self, design: Design) -> None:
+        self.design = design
+        self._reassess()
+
+    def _reassess(self) -> None:
+        self.assessment = self.design.assess(self.workspace)
+        self._redraw()
+
+    def _redraw(self) -> None:
+        self.version += 1
+        self.post_message(DesignChanged(self.version))
+
+    def on_design_changed(self, message: DesignChanged) -> None:
+        if isinstance(self.screen, DesignScreen):
+            self.screen.sync()
+        self.refresh_bindings()
+
+    def open_workspace(self, recipe: str, cluster: str) -> None:
+        """Load another recipe/cluster (raises AtomdeckError/ConfigError, leaving the current one)."""
+        ws = load_workspace(recipe, cluster)
+        same_cluster = ws.cluster == self.workspace.cluster
+        if same_cluster:  # keep the inventory we have; the refresh below updates it
+            ws.inventory, ws.inventory_note = self.workspace.inventory, self.workspace.inventory_note
+        else:
+            self.named_nodes = []
+            self.inventory_at = None
+        self.workspace = ws
+        self.set_design(Design(ws.recipe))
+        self.refresh_inventory()
+
+    # -- inventory: a worker, re-armed only after the previous refresh finished ---------------
+    @work(exclusive=True, group="inventory")
+    async def refresh_inventory(self) -> None:
+        ws = self.workspace
+        try:
+            nodes, note = await self.fetch(ws.cluster, self.offline)
+        except Exception as e:  # noqa: BLE001 - a refresh must never take the console down
+            nodes, note = ws.inventory, f"inventory refresh failed: {e}; showing the last nodes read"
+        if ws is self.workspace:
+            self._apply_inventory(nodes, note)
+        self._arm_refresh()
+
+    def _apply_inventory(self, nodes: list[Node], note: str) -> None:
+        ws = self.workspace
+        if not nodes and self.named_nodes:
+            nodes, note = offline_nodes(self.named_nodes), "offline: planned by node name; states not checked"
+        changed = nodes != ws.inventory or note != ws.inventory_note
+        ws.inventory, ws.inventory_note = nodes, note
+        self.inventory_at = self.clock()
+        if changed:
+            self._reassess()
+        self.post_message(InventoryUpdated(changed, note))
+
+    def on_inventory_updated(self, message: InventoryUpdated) -> None:
+        if isinstance(self.screen, DesignScreen):
+            self.screen.inventory_refreshed()
+
+    def _arm_refresh(self) -> None:
+        if self._refresh_timer is not None:
+            self._refresh_timer.stop()
+            self._refresh_timer = None
+        if self.refresh_s:
+            self._refresh_timer = self.set_timer(self.refresh_s, self._refresh_tick)
+
+    def _refresh_tick(self) -> None:
+        self._refresh_timer = None
+        if self.paused:  # a dialog is open: do not change what it was opened about; look again later
+            self._arm_refresh()
+        else:
+            self.refresh_inventory()
+
+    @property
+    def paused(self) -> bool:
+        return not isinstance(self.screen, DesignScreen)
+
+    def action_refresh_inventory(self) -> None:
+        self.refresh_inventory()
+
+    def add_named_nodes(self, names: list[str]) -> None:
+        self.named_nodes = list(dict.fromkeys([*self.named_nodes, *names]))
+        self.refresh_inventory()
+
+    @property
+    def can_add_names(self) -> bool:
+        return not self.workspace.inventory or bool(self.named_nodes)
+
+    def inventory_status(self) -> str:
+        ws = self.workspace
+        live = ws.cluster.launcher == "slurm" and not self.offline
+        src = "Slurm" if live else "the cluster file" if ws.cluster.nodes else "node names"
+        if self.inventory_at is None:
+            text = f"inventory: reading from {src} …"
+        else:
+            text = f"inventory from {src}, read {self.inventory_at.strftime('%H:%M:%S')}"
+            if self.refresh_s:
+                text += f", every {self.refresh_s:g}s"
+        return text + (f" · {ws.inventory_note}" if ws.inventory_note else "")
+
+    # -- launch: handed to the run engine ----------------------------------------------------
+    def action_launch(self) -> None:
+        from .screens.dialogs import ConfirmDialog, MessageDialog
+
+        if self.readonly:
+            self.notify("read-only console: launching is disabled", severity="warning")
+            return
+        a = self.assessment
+        if not a.ok:
+            self.push_screen(MessageDialog("Launch blocked", _blocked_text(a)))
+            return
+        plan = a.plan
+        assert plan is not None
+        text = Text.assemble(
+            (f"{a.recipe.name}", "bold"), f" ({plan.shape}) on {a.cluster.name}: {len(a.processes)} processes on ",
+            f"{len(plan.nodes)} nodes ({', '.join(n.name for n in plan.nodes)}); router {plan.router.url}.")
+        warnings = [f for f in a.findings if f.severity == "warning"]
+        if warnings:
+            text.append(f"\n\n{len(warnings)} warning(s):\n" + "\n".join(f"  ▲ {f.message}" for f in warnings))
+
+        def done(yes: bool | None) -> None:
+            if yes:
+                self.post_message(LaunchRequested(a))
+
+        self.push_screen(ConfirmDialog("Launch this deployment?", text, yes="Launch", danger=False), done)
+
+    async def on_launch_requested(self, message: LaunchRequested) -> None:
+        if self.launch_handler is None:
+            self.notify("launching is wired in by the run engine; nothing was started", title="Launch",
+                        severity="warning", timeout=6)
+            return
+        self.run_worker(self.launch_handler(message.assessment), group="launch", exclusive=True,
+                        exit_on_error=False)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "view":
+            return bool(parameters) and parameters[0] in dict(self.views)
+        return not (action == "launch" and self.readonly)
+
+    # -- files: export the launch, save the recipe -------------------------------------------
+    def action_export(self) -> None:
+        from .screens.dialogs import InputDialog
+
+        a = self.assessment
+        if a.plan is None:
+            self.notify("no plan to export yet: the findings say what to change", severity="error")
+            return
+
+        def done(path: str | None) -> None:
+            if path:
+                from ..core.export import export_script
+
+                errors = len(a.errors())
+                self.write_file(Path(path), export_script(a), executable=True, what="launch script",
+                                note=f"; {errors} error(s) are listed at its top" if errors else "")
+
+        self.push_screen(InputDialog(
+            "Export launch script", "Write the whole launch as a bash script (secrets are read from the "
+            "environment when it runs, never written).", f"./atomdeck-{a.recipe.name}.sh"), done)
+
+    def action_save_recipe(self) -> None:
+        from .screens.dialogs import InputDialog
+
+        recipe = self.design.recipe
+        current = self.workspace.recipe_path
+        default = str(current) if current and not _is_shipped(current) else f"./{recipe.name}.yaml"
+
+        def done(path: str | None) -> None:
+            if path:
+                self.write_file(Path(path), recipe.to_yaml(), what="recipe", saved_recipe=True)
+
+        self.push_screen(InputDialog("Save recipe", "Write the edited recipe as YAML (keys left at their "
+                                     "defaults are omitted).", default), done)
+
+    def write_file(self, path: Path, text: str, *, what: str, executable: bool = False, note: str = "",
+                   saved_recipe: bool = False, confirmed: bool = False) -> None:
+        """Write a file; an existing file (above all a shipped recipe) is replaced only when confirmed."""
+        from .screens.dialogs import ConfirmDialog
+
+        path = path.expanduser()
+        if path.exists() and not confirmed:
+            shipped = _is_shipped(path)
+            msg = (f"{path} is a recipe shipped with atomdeck. Overwriting it changes the demo for everyone "
+                   "using this installation; saving under another name is usually better."
+                   if shipped else f"{path} exists. Replace it?")
+            self.push_screen(ConfirmDialog("Overwrite a shipped recipe?" if shipped else "Overwrite?", msg,
+                                           yes="Overwrite"),
+                             lambda yes: yes and self.write_file(path, text, what=what, executable=executable,
+                                                                 note=note, saved_recipe=saved_recipe,
+                                                                 confirmed=True))
+            return
+        try:
+            path.write_text(text)
+            if executable:
+                path.chmod(0o755)
+        except OSError as e:
+            self.notify(f"cannot write {path}: {e}", title=f"Save {what}", severity="error")
+            return
+        if saved_recipe:
+            self.workspace.recipe_path = path
+        self.notify(f"wrote {path}{note}", title=f"Saved {what}")
+
+    # -- conventions: help, open, themes, palette --------------------------------------------
+    def action_help(self) -> None:
+        from .screens.help import HelpScreen
+
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen())
+
+    def action_open(self) -> None:
+        from .screens.start import StartScreen
+
+        if isinstance(self.screen, StartScreen):
+            return
+        path = self.workspace.recipe_path
+        recipe = path.stem if path and _is_shipped(path) else str(path or self.design.recipe.name)
+        self.push_screen(StartScreen(self.workspace.cluster.name, recipe))
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        for i, (mode, title) in enumerate(self.views, 1):
+            yield SystemCommand(f"View: {title}", f"go to the {title} view (key {i})", partial(self.action_view, mode))
+        yield SystemCommand("Open recipe or cluster…", "choose another cluster or recipe", self.action_open)
+        yield SystemCommand("Refresh nodes", "read the node inventory again", self.action_refresh_inventory)
+        yield SystemCommand("Auto-pick nodes", "let core choose usable nodes for the layout",
+                            lambda: self.set_design(self.design.auto_pick()))
+        yield SystemCommand("Export launch script…", "the whole launch as a bash script", self.action_export)
+        yield SystemCommand("Save recipe…", "write the edited recipe as YAML", self.action_save_recipe)
+        if not self.readonly:
+            yield SystemCommand("Launch", "launch this deployment (asks first)", self.action_launch)
+
+    def _load_theme(self) -> None:
+        name = self._theme_choice or _read_settings().get("theme")
+        if name and name in self.available_themes:
+            self.theme = name
+
+    def _on_theme_changed(self, theme: Any) -> None:
+        self._redraw()  # role colours come from the theme
+        if self._theme_choice is None:
+            _write_settings({"theme": self.theme})
+
+
+def _blocked_text(a: Assessment) -> Text:
+    errors = a.errors()
+    out = Text(f"{len(errors)} error(s) must be fixed first:" if errors else "no plan could be made", style="bold")
+    for f in errors:
+        out.append(f"\n\n× {f.rule}" + (f" [{f.node}]" if f.node else ""), style="bold")
+        out.append(f"  {f.message}")
+        out.append(f"\n  → change {f.key}: {f.fix}")
+    return out
+
+
+def _is_shipped(path: Path) -> bool:
+    from ..core.paths import recipes_dir
+
+    try:
+        return path.expanduser().resolve().is_relative_to(recipes_dir().resolve())
+    except OSError:
+        return False
+
+
+def _settings_path() -> Path:
+    from ..core.paths import config_dir
+
+    return config_dir() / "console.yaml"
+
+
+def _read_settings() -> dict:
+    import yaml
+
+    try:
+        data = yaml.safe_load(_settings_path().read_text())
+    except (OSError, yaml.YAMLError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _write_settings(values: dict) -> None:
+    import yaml
+
+    try:
+        path = _settings_path()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(yaml.safe_dump({**_read_settings(), **values}))
+    except OSError:
+        pass  # remembering the theme is a convenience, never an error
+
+
+def run_console(cluster: str | None = None, recipe: str | None = None, readonly: bool = False, **kw: Any) -> int:
+    """`atomdeck` / `atomdeck tui`: the demo (local + demo-1p1d) unless told otherwise; a cluster
+    without a recipe opens the Open screen on that cluster."""
+    app = ConsoleApp(recipe or DEMO_RECIPE, cluster or DEMO_CLUSTER, readonly=readonly,
+                     ask=cluster is not None and recipe is None, **kw)
+    result = app.run()
+    return result if isinstance(result, int) else 0

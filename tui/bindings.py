@@ -1,0 +1,112 @@
+"""Every key binding of the console, with a stable id, and the user's keymap.
+
+Users remap keys by id in `$XDG_CONFIG_HOME/atomdeck/keymap.yaml`, one `id: key` per line
+(several keys: `launch: "L,ctrl+l"`). The help screen lists these ids.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from textual.binding import Binding
+
+from ..core.paths import config_dir
+
+
+def _b(key: str, action: str, description: str, id: str, show: bool = True, priority: bool = False,
+       key_display: str | None = None) -> Binding:
+    return Binding(key, action, description, show=show, id=id, priority=priority, key_display=key_display)
+
+
+# Everywhere (the App). Views are reached like k9s: number keys, or the command palette.
+APP = [
+    _b("1", "view('nodes')", "Nodes", "view.nodes", show=False),
+    _b("2", "view('layout')", "Layout", "view.layout", show=False),
+    _b("3", "view('preview')", "Preview", "view.preview", show=False),
+    _b("4", "view('run')", "Run", "view.run", show=False),  # active once the run engine adds its view
+    _b("L,ctrl+l", "launch", "Launch", "launch", key_display="L"),
+    _b("ctrl+o", "open", "Open", "open", show=False),
+    _b("ctrl+r", "refresh_inventory", "Refresh nodes", "refresh", show=False),
+    _b("ctrl+s", "save_recipe", "Save recipe", "save", show=False),
+    _b("ctrl+t", "change_theme", "Theme", "theme", show=False),
+    _b("question_mark", "help", "Help", "help", key_display="?"),
+    _b("q", "quit", "Quit", "quit"),
+]
+
+NODES = [
+    _b("slash", "filter", "Filter", "nodes.filter", key_display="/"),
+    _b("space", "toggle", "Pick", "nodes.toggle"),
+    _b("a", "auto", "Auto-pick", "nodes.auto"),
+    _b("o", "override", "Override", "nodes.override"),
+    _b("n", "add_names", "Add by name", "nodes.add"),
+    _b("escape", "clear_filter", "Clear filter", "nodes.clear-filter", show=False),
+]
+
+LAYOUT = [
+    _b("p", "assign('prefill')", "→ prefill", "layout.prefill"),
+    _b("d", "assign('decode')", "→ decode", "layout.decode"),
+    _b("r", "router_here", "Router here", "layout.router"),
+    _b("a", "auto", "Auto-pick", "layout.auto"),
+    _b("f", "form", "Fields", "layout.form"),
+    _b("escape", "leave_form", "Leave field", "layout.leave-form", show=False),
+]
+
+PREVIEW = [
+    _b("c", "copy", "Copy command", "preview.copy"),
+    _b("e", "app.export", "Export script", "export"),
+    _b("w", "app.save_recipe", "Save recipe", "preview.save"),
+]
+
+START = [
+    _b("ctrl+o", "open", "Open", "start.open"),
+    _b("escape", "cancel", "Cancel", "start.cancel"),
+]
+
+DIALOG = [
+    _b("y", "yes", "Yes", "dialog.yes"),
+    _b("n,escape", "no", "No", "dialog.no", key_display="n/esc"),
+]
+
+HELP = [
+    _b("escape,question_mark,q", "close", "Close", "help.close", key_display="esc"),
+]
+
+# Where each group applies, for the help screen. The run engine (part 2) adds its own.
+SCOPES: dict[str, list[Binding]] = {
+    "Everywhere": APP, "Nodes": NODES, "Layout": LAYOUT, "Preview": PREVIEW,
+    "Open": START, "Dialogs": DIALOG, "Help": HELP,
+}
+
+
+def binding_ids() -> set[str]:
+    return {b.id for group in SCOPES.values() for b in group if b.id}
+
+
+def keymap_path() -> Path:
+    return config_dir() / "keymap.yaml"
+
+
+def load_keymap(path: Path | None = None) -> tuple[dict[str, str], list[str]]:
+    """(keymap, problems). A missing file is an empty keymap; a bad entry is skipped and reported."""
+    path = path or keymap_path()
+    if not path.is_file():
+        return {}, []
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except (OSError, yaml.YAMLError) as e:
+        return {}, [f"{path}: cannot be read ({e}); using the default keys"]
+    if not isinstance(data, dict):
+        return {}, [f"{path}: expected lines of 'binding-id: key', e.g. 'launch: ctrl+g'"]
+    known = binding_ids()
+    keymap: dict[str, str] = {}
+    problems: list[str] = []
+    for bid, key in data.items():
+        if bid not in known:
+            problems.append(f"{path}: unknown binding id '{bid}' (see ? for the ids)")
+        elif not isinstance(key, str) or not key.strip():
+            problems.append(f"{path}: '{bid}' needs a key such as 'ctrl+g', got {key!r}")
+        else:
+            keymap[str(bid)] = key.strip()
+    return keymap, problems

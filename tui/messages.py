@@ -1,0 +1,37 @@
+"""The console's messages: small dataclasses (toolong's habit)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from textual.message import Message
+
+from ..core.lint import Assessment
+
+
+@dataclass
+class LaunchRequested(Message):
+    """The operator asked to launch this assessment (it had no errors and was confirmed).
+
+    The App hands it to `app.launch_handler`, which the run engine fills in.
+    """
+
+    assessment: Assessment
+
+
+@dataclass
+class DesignChanged(Message):
+    """The recipe, the picked nodes, the overrides or the inventory changed and core re-assessed."""
+
+    version: int
+
+    def can_replace(self, message: Message) -> bool:  # a burst of edits becomes one repaint
+        return isinstance(message, DesignChanged)
+
+
+@dataclass
+class InventoryUpdated(Message):
+    """A refresh of the node inventory finished (whether or not anything changed)."""
+
+    changed: bool
+    note: str

@@ -1,0 +1,115 @@
+"""Open: choose the cluster and the recipe (shipped ones listed; a name or a path is accepted)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, cast
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical
+from textual.screen import Screen
+from textual.widgets import Footer, Input, Label, OptionList, Static
+from textual.widgets.option_list import Option, OptionDoesNotExist
+
+from ...core.errors import AtomdeckError, ConfigError
+from ...core.paths import shipped_clusters, shipped_recipes
+from .. import bindings
+
+if TYPE_CHECKING:
+    from ..app import ConsoleApp
+
+
+def _describe(path: Path) -> str:
+    """The file's description line, read without validating (validation happens on open)."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except (OSError, yaml.YAMLError):
+        return "(cannot be read)"
+    return str(data.get("description", "")) if isinstance(data, dict) else ""
+
+
+class StartScreen(Screen[bool]):
+    """Dismissed with True once a design was opened, False on cancel."""
+
+    BINDINGS = bindings.START
+
+    def __init__(self, cluster: str | None = None, recipe: str | None = None, error: str = "",
+                 clusters: list[Path] | None = None, recipes: list[Path] | None = None) -> None:
+        """clusters/recipes: the files to list (default: the shipped ones)."""
+        super().__init__()
+        self.cluster, self.recipe, self.error = cluster, recipe, error
+        self.clusters = shipped_clusters() if clusters is None else clusters
+        self.recipes = shipped_recipes() if recipes is None else recipes
+
+    @property
+    def console(self) -> ConsoleApp:
+        return cast("ConsoleApp", self.app)
+
+    def compose(self) -> ComposeResult:
+        yield Static(Text.assemble(("atomdeck", "bold"), " · open a deployment design: pick a cluster "
+                                   "and a recipe, or type a name or a path to a .yaml file"), id="start-title")
+        with Horizontal(id="start-lists"):
+            with Vertical(classes="start-col"):
+                yield Label("Cluster", classes="start-label")
+                yield OptionList(*self._options(self.clusters), id="clusters")
+                yield Input(self.cluster or "", placeholder="cluster name or path", id="cluster-input")
+            with Vertical(classes="start-col"):
+                yield Label("Recipe", classes="start-label")
+                yield OptionList(*self._options(self.recipes), id="recipes")
+                yield Input(self.recipe or "", placeholder="recipe name or path", id="recipe-input")
+        yield Static(Text(self.error), id="start-error")
+        yield Footer()
+
+    @staticmethod
+    def _options(paths: list[Path]) -> list[Option]:
+        out = []
+        for p in paths:
+            line = Text(p.stem, style="bold")
+            desc = _describe(p)
+            if desc:
+                line.append(f"\n  {desc}", style="dim")
+            out.append(Option(line, id=p.stem))
+        return out
+
+    def on_mount(self) -> None:
+        for list_id, value in (("#clusters", self.cluster), ("#recipes", self.recipe)):
+            ol = self.query_one(list_id, OptionList)
+            try:
+                ol.highlighted = ol.get_option_index(value) if value else 0
+            except OptionDoesNotExist:  # a path or an unknown name: leave the list alone
+                ol.highlighted = 0
+        self.query_one("#clusters" if not self.cluster else "#recipes", OptionList).focus()
+
+    def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
+        if event.option_list.id == "clusters":
+            self.query_one("#cluster-input", Input).value = event.option.id or ""
+            self.query_one("#recipes", OptionList).focus()
+        else:
+            self.query_one("#recipe-input", Input).value = event.option.id or ""
+            self.action_open()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        self.action_open()
+
+    def action_open(self) -> None:
+        cluster = self.query_one("#cluster-input", Input).value.strip() or "local"
+        recipe = self.query_one("#recipe-input", Input).value.strip()
+        err = self.query_one("#start-error", Static)
+        if not recipe:
+            err.update(Text("choose a recipe (Enter on the list, or type a name or a path)"))
+            return
+        try:
+            self.console.open_workspace(recipe, cluster)
+        except ConfigError as e:
+            err.update(Text("the configuration has problems:\n" + "\n".join(f"  {i}" for i in e.issues)))
+            return
+        except AtomdeckError as e:
+            err.update(Text(str(e)))
+            return
+        self.dismiss(True)
+
+    def action_cancel(self) -> None:
+        self.dismiss(False)

@@ -1,0 +1,80 @@
+"""One process exactly as it will run: engine argv, environment (secrets masked), the container
+and launcher wrappers, and the KV-transfer config pretty-printed."""
+
+from __future__ import annotations
+
+import json
+
+from rich.console import Group, RenderableType
+from rich.json import JSON
+from rich.text import Text
+from textual.containers import VerticalScroll
+from textual.widgets import Static
+
+from ...core.commands import ProcessSpec, shell_line
+from ..formatting import argv_lines, kv_transfer_config, port_ranges
+from ..palette import role_color
+
+CONTINUE = " \\\n    "
+
+
+def command_text(argv: list[str]) -> str:
+    """A multi-line shell command (backslash continuations) that runs exactly `argv`."""
+    return CONTINUE.join(argv_lines(argv))
+
+
+class CommandView(VerticalScroll):
+    """Shows a redacted ProcessSpec; `process` is what is on screen."""
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.process: ProcessSpec | None = None
+
+    def compose(self):
+        yield Static("", id="command-body")
+
+    def show(self, process: ProcessSpec | None, empty: str = "no process") -> None:
+        before = self.process.name if self.process else None
+        self.process = process.redacted() if process is not None else None
+        body = self.query_one("#command-body", Static)
+        body.update(self._render_process(self.process) if self.process else Text(empty, style="dim"))
+        if (self.process.name if self.process else None) != before:
+            self.scroll_home(animate=False)
+
+    @property
+    def launch_line(self) -> str:
+        """The one-line shell form of the full launch command (what `c` copies)."""
+        return shell_line(self.process.launch_argv) if self.process else ""
+
+    def _render_process(self, p: ProcessSpec) -> RenderableType:
+        color = role_color(self.app, p.role)
+        head = Text()
+        head.append(p.name, style=f"bold {color}")
+        where = p.node if p.host == p.node else f"{p.node} ({p.host})"
+        head.append(f"  {p.role} on {where} · ports {port_ranges(p.ports)} · log {p.log}")
+        if p.container:
+            head.append(f"\ncontainer {p.container}", style="dim")
+        parts: list[RenderableType] = [head, _heading("Engine command"), Text(command_text(p.argv))]
+        kv = kv_transfer_config(p.argv)
+        if kv is not None:
+            parts += [_heading("kv-transfer-config (Mooncake)"), JSON(json.dumps(kv), indent=2)]
+        parts += [_heading("Environment"), _env_text(p.env)]
+        if p.runtime_env:
+            parts += [_heading("Added by atomdeck's runtime (simulator, not production)"), _env_text(p.runtime_env)]
+        parts += [_heading("Launch command (launcher and container/env wrappers)"),
+                  Text(command_text(p.launch_argv))]
+        return Group(*parts)
+
+
+def _heading(title: str) -> Text:
+    return Text(f"\n── {title} ", style="bold")
+
+
+def _env_text(env: dict[str, str]) -> Text:
+    if not env:
+        return Text("(none)", style="dim")
+    out = Text()
+    for i, (k, v) in enumerate(env.items()):
+        out.append(("\n" if i else "") + k, style="bold")
+        out.append(f"={v}")
+    return out

@@ -1,0 +1,40 @@
+"""The top line of every design view (k9s-style): the views with their keys, and what is being
+designed: recipe, cluster, layout shape, lint status, read-only."""
+
+from __future__ import annotations
+
+from textual.containers import Horizontal
+from textual.markup import escape
+from textual.widgets import Static
+
+from ...core.lint import Assessment
+from ..palette import ICONS
+from .findings import summary
+
+SEVERITY_VAR = {"error": "$text-error", "warning": "$text-warning", "ok": "$text-success"}
+
+
+class ContextBar(Horizontal):
+    DEFAULT_CLASSES = "context-bar"
+
+    def compose(self):
+        yield Static("", id="tabs")
+        yield Static("", id="context")
+
+    def show(self, views: list[tuple[str, str]], current: str, assessment: Assessment | None,
+             recipe: str, cluster: str, readonly: bool, edited: bool = False) -> None:
+        tabs = []
+        for i, (mode, title) in enumerate(views, 1):
+            style = "reverse bold $accent" if mode == current else "$text-muted"
+            tabs.append(f"[@click=app.view('{mode}')][{style}] {i} {title} [/][/]")
+        self.query_one("#tabs", Static).update(" ".join(tabs))
+        ctx = f"[b]{escape(recipe)}[/b]" + (" [$text-warning](edited)[/]" if edited else "")
+        ctx += f" on [b]{escape(cluster)}[/b]"
+        if assessment is not None:
+            if assessment.plan is not None:
+                ctx += f" · {escape(assessment.plan.shape)}"
+            sev, text = summary(assessment.findings)
+            ctx += f" · [{SEVERITY_VAR[sev]}]{ICONS[sev]} {text}[/]"
+        if readonly:
+            ctx += " · [reverse $text-warning] READ-ONLY [/]"
+        self.query_one("#context", Static).update(ctx)
