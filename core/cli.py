@@ -77,6 +77,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cluster", "-c", default=None)
     p.add_argument("--recipe", "-r", default=None)
     p.add_argument("--readonly", action="store_true", help="hide launch and teardown")
+    p.add_argument("--offline", action="store_true", help="do not ask Slurm for node states")
+    p.add_argument("--nodes", "-w", default=None, help="comma-separated nodes in rank order (prefill first)")
+    p.add_argument("--override", default=None, metavar="NODES", help="allow these unhealthy/excluded nodes anyway")
+    p.add_argument("--run", default=None, help="open on this run (reattach) instead of designing a new one")
     return ap
 
 
@@ -114,8 +118,19 @@ def _tui(args: argparse.Namespace) -> int:
                                 cluster=getattr(args, "cluster", None) or DEMO_CLUSTER,
                                 nodes=None, override=None, offline=False, json=False)
         return cli_cmds.cmd_plan(ns)
+    kw = {}
+    nodes = [n.strip() for n in (getattr(args, "nodes", None) or "").split(",") if n.strip()]
+    if nodes:
+        kw["nodes"] = kw["named_nodes"] = nodes
+    overrides = [n.strip() for n in (getattr(args, "override", None) or "").split(",") if n.strip()]
+    if overrides:
+        kw["overrides"] = overrides
+    if getattr(args, "offline", False):
+        kw["offline"] = True
+    if getattr(args, "run", None):
+        kw["run_id"] = args.run
     return run_console(cluster=getattr(args, "cluster", None), recipe=getattr(args, "recipe", None),
-                       readonly=getattr(args, "readonly", False))
+                       readonly=getattr(args, "readonly", False), **kw)
 
 
 if __name__ == "__main__":
