@@ -77,10 +77,18 @@ class MooncakeConnector:
         """Import Mooncake as ATOM's connector module does at import time."""
         try:
             from mooncake.engine import TransferEngine
-        except ImportError:
+        except ImportError as e:
             log("Mooncake is not available — KV cache disaggregation via mooncake will not work. "
                 "Install the mooncake package to enable push-mode RDMA transfers.")
-            return None
+            if os.environ.get("ATOMSIM_MOONCAKE") == "required":
+                return None
+            # The demo must work on a machine without Debian's libibverbs1 (no root to install it):
+            # move the same bytes over plain TCP, and say so.
+            from .tcp_engine import TcpTransferEngine
+
+            log(f"atomdeck simulator: the Mooncake engine cannot load here ({e}); moving KV bytes with the "
+                "simulator's TCP engine instead (install Debian's libibverbs1 for the real Mooncake engine)")
+            return TcpTransferEngine
         log("Mooncake TransferEngine loaded successfully")
         return TransferEngine
 

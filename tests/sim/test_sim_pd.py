@@ -9,7 +9,7 @@ import time
 import pytest
 from atomdeck.sim import engine
 from atomdeck.sim.kv import BYTES_PER_BLOCK
-from .simhelpers import MODEL, assert_in_order, get_json, http, port_open, sse_events, wait_http
+from .simhelpers import MODEL, SHIM, assert_in_order, get_json, http, port_open, sse_events, wait_http
 
 pytestmark = pytest.mark.slow
 
@@ -194,3 +194,33 @@ def test_sigterm_during_startup_exits_0(spawn):
     worker.signal(signal.SIGTERM)
     assert worker.wait_exit(10) == 0
     assert "Received SIGTERM, shutting down engine..." in worker.text()
+
+
+def _no_mooncake(tmp_path) -> str:
+    """A PYTHONPATH on which `import mooncake.engine` fails as it does without Debian's libibverbs1."""
+    fake = tmp_path / "fake" / "mooncake"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("raise ImportError('libibverbs.so.1: cannot open shared object file')\n")
+    return f"{fake.parent}:{SHIM}"
+
+
+def test_without_the_mooncake_engine_the_demo_still_moves_kv_bytes(spawn, tmp_path):
+    p_ip, d_ip = "127.0.21.12", "127.0.21.13"
+    path = _no_mooncake(tmp_path)
+    router = spawn.router("router", p_ip, 30000, [f"http://{p_ip}:8010"], [f"http://{d_ip}:8020"])
+    prefill = spawn.worker("prefill", p_ip, 8010, "kv_producer", PYTHONPATH=path)
+    decode = spawn.worker("decode", d_ip, 8020, "kv_consumer", PYTHONPATH=path)
+    wait_http(f"http://{p_ip}:30000/readiness", proc=router)
+    for proc in (prefill, decode):
+        assert_in_order(proc.text(), ["Mooncake is not available", "the simulator's TCP engine instead",
+                                      "Mooncake KV registration complete"])
+    status, body = complete(f"http://{p_ip}:30000", "The quick brown fox")
+    assert status == 200 and json.loads(body)["choices"][0]["text"] == expected_text("The quick brown fox", 12)
+    assert "[CONSUMER] Write-done received" in decode.text()
+
+
+def test_mooncake_required_fails_like_atom(spawn, tmp_path):
+    ip = "127.0.21.14"
+    w = spawn.worker("prefill", ip, 8010, "kv_producer", PYTHONPATH=_no_mooncake(tmp_path), ATOMSIM_MOONCAKE="required")
+    assert w.wait_exit() != 0
+    assert "RuntimeError: Mooncake is not installed but kv_connector='mooncake' was requested" in w.text()
