@@ -17,7 +17,7 @@ import tempfile
 
 from common import BENCH, load, save
 
-SECTIONS = ["detect", "scale", "teardown", "fanout", "console"]
+SECTIONS = ["detect", "sim", "scale", "teardown", "fanout", "console"]
 
 
 def lab_up() -> bool:
@@ -29,6 +29,10 @@ def run(section: str) -> None:
         import detect
 
         save("detect", asyncio.run(detect.main(6)))
+    elif section == "sim":
+        import sim
+
+        save("sim", asyncio.run(sim.main()))
     elif section == "scale":
         import scale
 
@@ -96,6 +100,12 @@ def table(r: dict) -> str:
             if isinstance(v, dict) and "seconds" in v:
                 out.append(f"| teardown {key} to verified clean | {fmt(v['seconds'])} | <= grace ({t['grace_s']:g} s) + 1 s"
                            f" | {fmt(v['goal_le_grace_plus_1s'] and v['clean'])} |")
+    m = r.get("sim")
+    if m:
+        out.append(f"| simulator: 2P1D (4 processes), delays off, launch -> serving | {fmt(m['launch_to_serving_s'])}"
+                   f" | < 5 s | {fmt(m['goal_start_le_5s'])} |")
+        out.append(f"| simulator: 2P1D total RSS (process trees) | {m['rss_mb']:.0f} MB | < 400 MB | "
+                   f"{fmt(m['goal_rss_le_400mb'])} |")
     s = r.get("scale")
     if s:
         p = s["plan_lint_render_s"]

@@ -1,0 +1,53 @@
+"""Pre-flight: the node script's output turned into findings that name the node."""
+
+from __future__ import annotations
+
+import subprocess
+
+from atomdeck.core.preflight import NodeCheck, SCRIPT, findings_from, model_host_path, parse
+
+from .helpers import lab_assess
+
+
+def test_script_runs_here_and_reports_busy_ports(tmp_path):
+    import socket
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen()
+    port = s.getsockname()[1]
+    try:
+        out = subprocess.run(["sh", "-c", SCRIPT, "pf", f"{port} 1", str(tmp_path), "true"], capture_output=True,
+                             text=True, timeout=20).stdout
+    finally:
+        s.close()
+    r = parse(out)
+    assert r["preflight"] == "done" and r["model"] == "present" and r["runtime"] == "ok"
+    assert r["busy_ports"].split() == [str(port)]
+    assert r["nic"] in ("none", "mlx5", "ionic", "bnxt_re")
+
+
+def test_findings_name_the_node_and_the_problem():
+    ch = NodeCheck("g02", [8020], "/it-share/data/DeepSeek-V4-Pro", "x")
+    ch.result = parse("preflight=done\nmodel=missing\nbusy_ports= 8020\nruntime=missing docker: the Docker daemon "
+                      "is not reachable\ngpu_json={\"card0\": {\"GPU Memory Allocated (VRAM%)\": \"37\"}, "
+                      "\"card1\": {\"GPU Memory Allocated (VRAM%)\": \"3\"}}\nnic=ionic\n")
+    got = {f.rule: f.message for f in findings_from(ch, "/models/DeepSeek-V4-Pro")}
+    assert got == {
+        "preflight-model": "model path /it-share/data/DeepSeek-V4-Pro is missing on g02",
+        "preflight-ports": "port(s) 8020 already in use on g02",
+        "preflight-runtime": "the worker's runtime cannot start on g02: docker: the Docker daemon is not reachable",
+        "preflight-gpu": "card0 on g02 already uses 37% VRAM (a leftover process?)",
+    }
+    assert findings_from(NodeCheck("g03", [], "", ""), "m")[0].rule == "preflight"  # no output at all
+
+
+def test_model_path_maps_to_the_nodes_model_dir_for_containers():
+    a = lab_assess(cluster="name: c\nlauncher: slurm\ncontainer: {runtime: docker}\n"
+                           "model_dirs: [{pattern: 'mia1*', path: /it-share/data}]\n",
+                   model="/models/DeepSeek-V4-Pro")
+    assert model_host_path(a.plan, "mia1-p01-g01") == "/it-share/data/DeepSeek-V4-Pro"
+    b = lab_assess(model="/models/DeepSeek-V4-Pro")
+    assert model_host_path(b.plan, "mia1-p01-g01") == "/models/DeepSeek-V4-Pro"
+    c = lab_assess()
+    assert model_host_path(c.plan, "mia1-p01-g01") == ""  # a hub id is not a path to check
