@@ -14,13 +14,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import save, summary
-
 from atomdeck.core.cluster import parse_cluster
 from atomdeck.core.events import Event
 from atomdeck.core.recipe import parse_recipe
 from atomdeck.core.run import Run
 from atomdeck.core.session import Workspace, load_workspace
+from common import save, summary
 
 WORKERS = 4
 
@@ -28,7 +27,8 @@ WORKERS = 4
 def _cluster(trial: int) -> str:
     nodes = "\n".join(f"  - {{name: b{trial}-n{i}, addr: 127.0.{20 + trial}.{11 + i}, gpus: 8}}"
                       for i in range(WORKERS))
-    return f"name: bench{trial}\nlauncher: local\nnode_ip: {{method: static}}\nsimulator: {{enabled: true}}\nnodes:\n{nodes}\n"
+    return (f"name: bench{trial}\nlauncher: local\nnode_ip: {{method: static}}\nsimulator: {{enabled: true}}\n"
+            f"nodes:\n{nodes}\n")
 
 
 def _recipe(slow: float, stamps: str) -> str:

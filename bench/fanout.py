@@ -8,14 +8,13 @@ import os
 import tempfile
 import time
 
-from common import save
-
 from atomdeck.core.cluster import load_cluster
 from atomdeck.core.commands import ProcessSpec
 from atomdeck.core.launch.slurm import SlurmLauncher
 from atomdeck.core.launch.ssh import SshLauncher
 from atomdeck.core.paths import find_cluster
 from atomdeck.core.rundir import RunDir, new_run_id
+from common import save
 
 NODES = ["mia1-p01-g01", "mia1-p01-g02", "mia1-p01-g03", "mia1-p01-g04"]
 

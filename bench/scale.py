@@ -8,8 +8,6 @@ import subprocess
 import sys
 import time
 
-from common import ROOT, save
-
 from atomdeck.core.catalog import load_catalog
 from atomdeck.core.cluster import parse_cluster
 from atomdeck.core.commands import LaunchContext
@@ -17,6 +15,7 @@ from atomdeck.core.inventory import Node
 from atomdeck.core.lint import assess
 from atomdeck.core.paths import catalog_path
 from atomdeck.core.recipe import parse_recipe
+from common import ROOT, save
 
 
 def plan_time(nodes: int, reps: int = 7) -> float:

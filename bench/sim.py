@@ -9,10 +9,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import save
-
 from atomdeck.core.run import Run
 from atomdeck.core.session import load_workspace
+from common import save
 
 
 def tree_rss_kb(pid: int) -> int:

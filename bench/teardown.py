@@ -8,10 +8,9 @@ import os
 import tempfile
 import time
 
-from common import save
-
 from atomdeck.core.run import Run
 from atomdeck.core.session import fetch_inventory, load_workspace
+from common import save
 
 GRACE = 5.0
 

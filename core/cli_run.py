@@ -5,17 +5,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import sys
 import time
 
 from .diagnose import diagnose
-from .errors import AtomdeckError
 from .events import Event, RunState, jsonable
 from .run import Run
 from .rundir import RunDir
-from .secrets import redact_line
-from .watch.tail import follow
 
 _QUIET_KINDS = {"cell"}
 
@@ -129,20 +125,23 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def cmd_logs(args: argparse.Namespace) -> int:
     run = Run.open(args.run)
-    names = [args.process] if args.process else list(run.processes)
-    unknown = [n for n in names if n not in run.handles and n not in run.processes]
-    if unknown:
-        raise AtomdeckError(f"run {run.id} has no process {unknown[0]}; it has: {', '.join(run.processes)}")
-    handles = [run.handles[n] for n in names if n in run.handles]
-    prefix = len(handles) > 1
+    names = [args.process] if args.process else list(run.handles)
+    for n in names:
+        run.local_log(n)  # an unknown process name is a clear error, not a traceback
+    prefix = len(names) > 1
+
+    async def follow(name: str) -> None:
+        async for line in run.follow_log(name, args.lines or 0):
+            print(f"{name}| {line}" if prefix else line, flush=True)
 
     async def go() -> None:
         try:
             if args.follow:
-                await asyncio.gather(*(_follow(run, h, prefix, args.lines) for h in handles))
+                await asyncio.gather(*(follow(n) for n in names))
             else:
-                for h in handles:
-                    await _dump(run, h, prefix, args.lines)
+                for n in names:
+                    for line in await run.log_lines(n, args.lines):
+                        print(f"{n}| {line}" if prefix else line)
         finally:
             await run.close()
 
@@ -151,43 +150,6 @@ def cmd_logs(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         return 0
     return 0
-
-
-async def _dump(run: Run, h, prefix: bool, last: int | None) -> None:
-    lines: list[str] = []
-    q: asyncio.Queue = asyncio.Queue()
-
-    async def pump():
-        async for _, line in run.launcher.tail(h, 0):
-            await q.put(line)
-
-    task = asyncio.create_task(pump())
-    try:
-        while True:
-            try:
-                lines.append(await asyncio.wait_for(q.get(), 0.5))
-            except asyncio.TimeoutError:
-                break
-    finally:
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-    for line in lines[-last:] if last else lines:
-        line = redact_line(line)
-        print(f"{h.name}| {line}" if prefix else line)
-
-
-async def _follow(run: Run, h, prefix: bool, last: int | None) -> None:
-    start = 0
-    if last and h.launcher != "ssh" and os.path.exists(h.log_path):
-        from .watch.tail import read_last_lines
-
-        for line in read_last_lines(h.log_path, last):
-            line = redact_line(line)
-            print(f"{h.name}| {line}" if prefix else line, flush=True)
-        start = os.path.getsize(h.log_path)
-    async for _, line in run.launcher.tail(h, start) if h.launcher == "ssh" else follow(h.log_path, start):
-        line = redact_line(line)
-        print(f"{h.name}| {line}" if prefix else line, flush=True)
 
 
 def cmd_down(args: argparse.Namespace) -> int:
@@ -232,4 +194,4 @@ def cmd_runs(args: argparse.Namespace) -> int:
     return 0
 
 
-__all__ = ["cmd_up", "cmd_status", "cmd_logs", "cmd_down", "cmd_runs", "RunDir"]
+__all__ = ["RunDir", "cmd_down", "cmd_logs", "cmd_runs", "cmd_status", "cmd_up"]

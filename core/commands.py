@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
-from typing import Mapping
 
 from .catalog import Catalog, ModelEntry
 from .engines import engine as get_engine
@@ -68,7 +68,7 @@ class ProcessSpec:
     def all_env(self) -> dict[str, str]:
         return {**self.env, **self.runtime_env}
 
-    def redacted(self) -> "ProcessSpec":
+    def redacted(self) -> ProcessSpec:
         """A copy safe to show or store: secret-looking env values masked everywhere."""
         env = self.all_env()
         return replace(self, env=redact_env(self.env), runtime_env=redact_env(self.runtime_env),

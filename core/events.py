@@ -36,7 +36,7 @@ class Event:
         return json.dumps(asdict(self), separators=(",", ":"), default=str)
 
     @staticmethod
-    def from_json(line: str) -> "Event":
+    def from_json(line: str) -> Event:
         d = json.loads(line)
         return Event(d["kind"], d.get("name", ""), d.get("value", ""), d.get("detail", ""), d.get("data") or {},
                      d.get("t", 0.0))

@@ -6,7 +6,7 @@ Secret-looking values are never written: the script reads them from the environm
 from __future__ import annotations
 
 import shlex
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from .commands import ProcessSpec, shell_line
 from .lint import Assessment
@@ -21,7 +21,7 @@ def export_script(a: Assessment, now: datetime | None = None) -> str:
     """The launch as bash: every process started in the background with its log, in rank order."""
     if a.plan is None:
         raise ValueError("no plan: fix the findings first")
-    now = now or datetime.now(timezone.utc)
+    now = now or datetime.now(UTC)
     plan = a.plan
     lines = [
         "#!/usr/bin/env bash",
@@ -32,7 +32,8 @@ def export_script(a: Assessment, now: datetime | None = None) -> str:
         'LOGS=${LOGS:-./logs}; mkdir -p "$LOGS"',
     ]
     if a.cluster.launcher == "slurm":
-        lines.append(': "${JOBID:?set JOBID to the Slurm allocation (sbatch --parsable ... --wrap \'sleep infinity\')}"')
+        lines.append(': "${JOBID:?set JOBID to the Slurm allocation '
+                     '(sbatch --parsable ... --wrap \'sleep infinity\')}"')
     secrets = sorted({k for p in a.processes for k in _secret_refs(p)})
     for k in secrets:
         lines.append(f': "${{{k}:?export {k} before running this script}}"')

@@ -7,8 +7,8 @@ plan when it can, renders the commands and runs every plan rule. Rules never do 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from .catalog import Catalog
 from .cluster import Cluster

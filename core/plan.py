@@ -181,8 +181,7 @@ def choose_nodes(recipe: Recipe, cluster: Cluster, inventory: list[Node], reques
                 why = node_verdict(by_name[n], cluster)
                 fix = "the override is on; watch this node closely" if sev == "warning" else \
                     "pick a healthy node, or override explicitly if you know it is fine"
-                findings.append(Finding(rule, sev, f"node {n} is {why}" if rule == "node-unhealthy"
-                                        else f"node {n} is {why}", "--nodes", fix, n))
+                findings.append(Finding(rule, sev, f"node {n} is {why}", "--nodes", fix, n))
         if unknown:
             return None, findings
         chosen = names

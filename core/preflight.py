@@ -28,7 +28,8 @@ if [ -d /sys/class/infiniband ]; then
 fi
 echo "nic=$nic"
 if [ -n "$model" ]; then if [ -e "$model" ]; then echo "model=present"; else echo "model=missing"; fi; fi
-listening=$(cat /proc/net/tcp /proc/net/tcp6 2>/dev/null | awk 'NR>1 && $4=="0A" {split($2,a,":"); print a[2]}' | sort -u)
+listening=$(cat /proc/net/tcp /proc/net/tcp6 2>/dev/null |
+  awk 'NR>1 && $4=="0A" {split($2,a,":"); print a[2]}' | sort -u)
 busy=
 for p in $ports; do
   hex=$(printf '%04X' "$p")

@@ -8,12 +8,11 @@ import asyncio
 import re
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Callable
 
 import yaml
 
-from .catalog import Catalog
 from .cluster import Cluster, parse_cluster
 from .commands import ProcessSpec, render
 from .diagnose import diagnose
@@ -25,11 +24,11 @@ from .lint import Assessment
 from .plan import Plan, Selection, build_plan
 from .recipe import Recipe, parse_recipe
 from .rundir import RunDir, new_run_id
+from .secrets import MASK, is_secret, redact_line
 from .session import Workspace, default_context
 from .watch.barrier import BarrierProber
 from .watch.logs import classify
 from .watch.probes import http_get, http_post, tcp_probe
-from .secrets import MASK, is_secret, redact_line
 from .watch.tail import read_last_lines
 
 DEFAULT_GRACE = 10.0
@@ -93,11 +92,12 @@ class Run:
         self._changed = asyncio.Event()
         self._hints: set[str] = set()
         self._decode_target: dict[str, str] = {}
+        self._background: set[asyncio.Task] = set()
         self._secrets = {k: v for p in processes for k, v in p.all_env().items() if is_secret(k) and v and v != MASK}
 
     # ---------------------------------------------------------------------------------------- creation
     @classmethod
-    async def launch(cls, ws: Workspace, a: Assessment, job_id: str | None = None) -> "Run":
+    async def launch(cls, ws: Workspace, a: Assessment, job_id: str | None = None) -> Run:
         """Start every process of an assessed plan. Refuses a plan with errors."""
         if a.plan is None or not a.ok:
             errs = "; ".join(f"{f.rule}: {f.message}" for f in a.errors()) or "no plan"
@@ -148,7 +148,7 @@ class Run:
         return run
 
     @classmethod
-    def open(cls, run_id: str | None = None) -> "Run":
+    def open(cls, run_id: str | None = None) -> Run:
         """Reattach to a run from its directory (any session, any console)."""
         rd = RunDir.find(run_id)
         meta = rd.meta()
@@ -238,10 +238,10 @@ class Run:
                     break
                 try:
                     await asyncio.wait_for(self._changed.wait(), timeout=min(wait or 1.0, 1.0))
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     pass
         finally:
-            await cancel_all(tasks)
+            await cancel_all(tasks + list(self._background))
             self.save_offsets()
         return self.state
 
@@ -354,7 +354,9 @@ class Run:
     def _on_cell(self, c, result: str) -> None:
         self.emit(Event("cell", c.key, result, data={"node": c.node, "port": c.port}))
         if result == "open" and c.kind == "http" and c.owner:
-            asyncio.ensure_future(self._check_worker(c.owner))
+            task = asyncio.ensure_future(self._check_worker(c.owner))
+            self._background.add(task)  # keep a reference until it is done, and cancel it with the watch
+            task.add_done_callback(self._background.discard)
         if result == "open" and c.kind == "router":
             self.emit_stage("router", "http_up")
 
@@ -533,13 +535,60 @@ class Run:
             while True:
                 try:
                     off, line = await asyncio.wait_for(q.get(), idle)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     break
                 self.offsets[name] = off
                 self._on_line(name, line)
         finally:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
+
+    # ------------------------------------------------------------------------------------------ logs
+    def local_log(self, name: str) -> str:
+        """The log file on this machine (the node's own file for local/Slurm; the mirror for SSH)."""
+        h = self.handles.get(name)
+        if h is None:
+            raise AtomdeckError(f"run {self.id} has no process {name}; it has: {', '.join(self.processes)}")
+        return h.log_path if h.launcher != "ssh" else str(self.rd.log_path(name))
+
+    async def log_lines(self, name: str, last: int | None = None) -> list[str]:
+        """A process's whole log (or its last lines), read from where it lives, redacted."""
+        h = self.handles.get(name)
+        if h is None:
+            raise AtomdeckError(f"run {self.id} has no process {name}; it has: {', '.join(self.processes)}")
+        lines: list[str] = []
+        q: asyncio.Queue = asyncio.Queue()
+
+        async def pump() -> None:
+            async for _, line in self.launcher.tail(h, 0):
+                await q.put(line)
+
+        task = asyncio.create_task(pump())
+        try:
+            while True:
+                try:
+                    lines.append(await asyncio.wait_for(q.get(), 0.5))
+                except TimeoutError:
+                    break
+        finally:
+            await cancel_all([task])
+        lines = lines[-last:] if last else lines
+        return [redact_line(x, self._secrets) for x in lines]
+
+    async def follow_log(self, name: str, last: int = 0):
+        """The last `last` lines, then every new line as it arrives (redacted)."""
+        h = self.handles.get(name)
+        if h is None:
+            raise AtomdeckError(f"run {self.id} has no process {name}; it has: {', '.join(self.processes)}")
+        start = 0
+        if h.launcher != "ssh":
+            import os
+
+            for line in read_last_lines(h.log_path, last) if last else []:
+                yield redact_line(line, self._secrets)
+            start = os.path.getsize(h.log_path) if os.path.exists(h.log_path) else 0
+        async for _, line in self.launcher.tail(h, start):
+            yield redact_line(line, self._secrets)
 
     # ------------------------------------------------------------------------------------------ teardown
     async def teardown(self, grace: float | None = None) -> TeardownReport:

@@ -42,7 +42,7 @@ class RunDir:
 
     # --- creation and lookup ------------------------------------------------------------------------
     @staticmethod
-    def create(run_id: str) -> "RunDir":
+    def create(run_id: str) -> RunDir:
         root = runs_dir()
         root.mkdir(parents=True, exist_ok=True, mode=0o700)
         path = root / run_id
@@ -52,7 +52,7 @@ class RunDir:
         return RunDir(path)
 
     @staticmethod
-    def find(run_id: str | None) -> "RunDir":
+    def find(run_id: str | None) -> RunDir:
         """A run by id (or unique prefix); None means the newest."""
         root = runs_dir()
         runs = sorted(p for p in root.glob("*") if (p / "run.json").is_file()) if root.is_dir() else []
@@ -69,7 +69,7 @@ class RunDir:
         raise AtomdeckError(f"'{run_id}' matches {len(matches)} runs: {', '.join(p.name for p in matches[:5])}")
 
     @staticmethod
-    def all() -> list["RunDir"]:
+    def all() -> list[RunDir]:
         root = runs_dir()
         if not root.is_dir():
             return []
@@ -145,7 +145,7 @@ class RunDir:
             return []
 
     # --- the teardown lock ------------------------------------------------------------------------------
-    def lock(self, what: str = "teardown") -> "RunLock":
+    def lock(self, what: str = "teardown") -> RunLock:
         return RunLock(self.path / f"{what}.lock")
 
 
@@ -156,7 +156,7 @@ class RunLock:
         self.path = path
         self.fd: int | None = None
 
-    def __enter__(self) -> "RunLock":
+    def __enter__(self) -> RunLock:
         self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -9,8 +9,8 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
-from typing import AsyncIterator, Mapping
 
 from .errors import AtomdeckError
 
@@ -78,7 +78,7 @@ class LocalRunner(Runner):
         try:
             out, err = await asyncio.wait_for(proc.communicate(input.encode() if input is not None else None),
                                               timeout)
-        except (asyncio.TimeoutError, asyncio.CancelledError):
+        except (TimeoutError, asyncio.CancelledError):
             _kill_group(proc.pid)
             await proc.wait()
             if asyncio.current_task() is not None and asyncio.current_task().cancelling():

@@ -139,7 +139,7 @@ class HttpServer:
             return await handler(request)
         except json.JSONDecodeError as e:
             return json_response({"detail": f"Invalid JSON body: {e}"}, 400)
-        except Exception as e:  # noqa: BLE001 - a bug must not leave the client hanging
+        except Exception as e:
             traceback.print_exc()
             return json_response({"detail": f"{type(e).__name__}: {e}"}, 500)
 

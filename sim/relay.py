@@ -226,7 +226,8 @@ class Relay:
                 answer.close()
                 worker.load -= 1
             if pd:
-                atomlog.rust("error", TARGET, f"ATOM decode {worker.url} returned error status={status_text(answer.status)}")
+                atomlog.rust("error", TARGET,
+                             f"ATOM decode {worker.url} returned error status={status_text(answer.status)}")
             return Response(answer.status, answer.body, answer.headers.get("content-type", "application/json"))
         content_type = answer.headers.get("content-type", "application/json")
         if stream:

@@ -114,7 +114,7 @@ class Router:
         if a.disable_health_check:
             atomlog.rust("info", SERVER, "Global health checks disabled via CLI/config; skipping health checker")
         else:
-            loop.create_task(self.health_checker())
+            self._health_task = loop.create_task(self.health_checker())  # keep a reference
         if a.max_concurrent_requests == -1:
             atomlog.rust("info", SERVER, "Rate limiting is disabled (max_concurrent_requests = -1)")
         atomlog.rust("info", SERVER, f"Router ready | workers: {atomlog.rust_list([w.url for w in self.registry])}")
@@ -204,7 +204,8 @@ class Router:
                 rust_error(f"Missing tp_size in {info_url} response")
             role = data.get("kv_role")
             if role != "kv_producer":
-                rust_error(f"{base} is not a prefill (kv_role={atomlog.rust_str(role if isinstance(role, str) else None)}, "
+                shown = atomlog.rust_str(role if isinstance(role, str) else None)
+                rust_error(f"{base} is not a prefill (kv_role={shown}, "
                            f"expected kv_producer)")
             atomlog.rust("info", "mesh::routers::http_pd_router", f"ATOM prefill {base} tp_size={tp}")
             worker.tp_size = tp

@@ -60,7 +60,8 @@ def build_parser() -> ClapParser:
     p = ClapParser(prog="atomesh launch", description="ATOM Mesh - High-performance inference gateway",
                    allow_abbrev=False)
     add = p.add_argument
-    flag = lambda name: add(name, action="store_true")
+    def flag(name: str) -> None:
+        add(name, action="store_true")
     add("--host", default="0.0.0.0")
     add("--port", type=int, default=30000)
     add("--worker-urls", nargs="*", default=[])

@@ -162,9 +162,9 @@ class Worker:
         try:
             raw = json.loads(self.args.kv_transfer_config)
         except json.JSONDecodeError as e:
-            self.crash([(API, "main", "engine = engine_args.create_engine(tokenizer=tokenizer)"),
-                        ("atom/config.py", "__post_init__", "self.kv_transfer_config = json.loads(kv_transfer_config)")],
-                       f"json.decoder.JSONDecodeError: {e}")
+            frames = [(API, "main", "engine = engine_args.create_engine(tokenizer=tokenizer)"),
+                      ("atom/config.py", "__post_init__", "self.kv_transfer_config = json.loads(kv_transfer_config)")]
+            self.crash(frames, f"json.decoder.JSONDecodeError: {e}")
         if not isinstance(raw, dict) or not raw:
             return {}, None
         kv_cfg, role = resolve_kv_config(raw)
@@ -210,10 +210,11 @@ class Worker:
         atomlog.uvicorn(f"Uvicorn running on http://{args.host}:{args.server_port} (Press CTRL+C to quit)")
         self.serving = True
         loop = asyncio.get_running_loop()
+        self._tasks = []  # keep references: a task nobody holds may be collected mid-flight
         if self.faults.flood > 0:
-            loop.create_task(self.flood(self.faults.flood))
+            self._tasks.append(loop.create_task(self.flood(self.faults.flood)))
         if self.faults.crash_after is not None:
-            loop.create_task(self.crash_later(self.faults.crash_after))
+            self._tasks.append(loop.create_task(self.crash_later(self.faults.crash_after)))
 
     def access_log(self, req: Request, status: int) -> None:
         atomlog.uvicorn_access(req.peer, req.method, req.path, status, reason(status))

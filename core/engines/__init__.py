@@ -5,12 +5,13 @@ Adding an engine or a router is a new module that registers a class; nothing els
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, ClassVar
+from collections.abc import Callable
+from typing import TYPE_CHECKING, ClassVar
 
 if TYPE_CHECKING:
     from ..catalog import ModelEntry
-    from .args import Options
     from ..plan import Endpoint, Plan
+    from .args import Options
 
 
 class Engine:
@@ -20,13 +21,13 @@ class Engine:
     command: ClassVar[tuple[str, ...]]  # the program, e.g. ("python3", "-m", "atom.entrypoints.openai_server")
     owned_flags: ClassVar[frozenset[str]] = frozenset()  # canonical flags only atomdeck may set
 
-    def options(self, plan: "Plan", ep: "Endpoint", model: "ModelEntry") -> "Options":
+    def options(self, plan: Plan, ep: Endpoint, model: ModelEntry) -> Options:
         raise NotImplementedError
 
-    def argv(self, plan: "Plan", ep: "Endpoint", model: "ModelEntry") -> list[str]:
+    def argv(self, plan: Plan, ep: Endpoint, model: ModelEntry) -> list[str]:
         return [*self.command, *self.options(plan, ep, model).tokens()]
 
-    def env(self, plan: "Plan", ep: "Endpoint", model: "ModelEntry") -> dict[str, str]:
+    def env(self, plan: Plan, ep: Endpoint, model: ModelEntry) -> dict[str, str]:
         raise NotImplementedError
 
 
@@ -38,13 +39,13 @@ class Frontend:
     backend: ClassVar[str]  # the engine it must be told it talks to
     owned_flags: ClassVar[frozenset[str]] = frozenset()
 
-    def options(self, plan: "Plan") -> "Options":
+    def options(self, plan: Plan) -> Options:
         raise NotImplementedError
 
-    def argv(self, plan: "Plan") -> list[str]:
+    def argv(self, plan: Plan) -> list[str]:
         return [*self.command, *self.options(plan).tokens()]
 
-    def env(self, plan: "Plan") -> dict[str, str]:
+    def env(self, plan: Plan) -> dict[str, str]:
         return {}
 
 

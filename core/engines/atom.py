@@ -20,7 +20,7 @@ KV_ROLE = {"prefill": "kv_producer", "decode": "kv_consumer"}
 CUDAGRAPH_SIZES = "[" + ",".join(str(s) for s in [1, 2, 4, 8, *range(16, 257, 8)]) + "]"
 
 
-def kv_transfer_config(plan: "Plan", ep: "Endpoint") -> dict:
+def kv_transfer_config(plan: Plan, ep: Endpoint) -> dict:
     """The Mooncake connector config, keys in srt-slurm's order; proxy_ip is the worker's own IP."""
     mc = plan.recipe.mooncake
     cfg: dict = {"kv_role": KV_ROLE[ep.role], "kv_connector": "mooncake", "proxy_ip": ep.host,
@@ -43,13 +43,13 @@ class Atom(Engine):
     command = ("python3", "-m", MODULE)
     owned_flags = frozenset({"model", "host", "server-port", "tensor-parallel-size", "kv-transfer-config"})
 
-    def max_num_seqs(self, plan: "Plan", ep: "Endpoint", model: "ModelEntry") -> int:
+    def max_num_seqs(self, plan: Plan, ep: Endpoint, model: ModelEntry) -> int:
         conc = plan.recipe.benchmark.concurrencies
         if ep.role == "decode" and conc:
             return max(conc)
         return model.max_num_seqs
 
-    def options(self, plan: "Plan", ep: "Endpoint", model: "ModelEntry") -> Options:
+    def options(self, plan: Plan, ep: Endpoint, model: ModelEntry) -> Options:
         """The flags in InferenceX's order (server_atom.sh); recipe args last, replacing in place."""
         r = plan.recipe
         spec = r.role(ep.role)
@@ -85,7 +85,7 @@ class Atom(Engine):
         o.add_recipe_args(spec.args, f"{'aggregate' if ep.role == 'worker' else ep.role}.args")
         return o
 
-    def env(self, plan: "Plan", ep: "Endpoint", model: "ModelEntry") -> dict[str, str]:
+    def env(self, plan: Plan, ep: Endpoint, model: ModelEntry) -> dict[str, str]:
         r = plan.recipe
         spec = r.role(ep.role)
         env = {"ATOM_HOST_IP": ep.host, "PYTHONUNBUFFERED": "1"}

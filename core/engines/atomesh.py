@@ -18,7 +18,7 @@ class Atomesh(Frontend):
     owned_flags = frozenset({"host", "port", "pd-disaggregation", "prefill", "decode", "worker-urls", "backend",
                              "policy", "log-level", "prometheus-port"})
 
-    def options(self, plan: "Plan") -> Options:
+    def options(self, plan: Plan) -> Options:
         r = plan.recipe
         o = Options(self.owned_flags)
         o.set("--host", "0.0.0.0")
@@ -38,7 +38,7 @@ class Atomesh(Frontend):
         o.add_recipe_args(r.router.args, "router.args")
         return o
 
-    def env(self, plan: "Plan") -> dict[str, str]:
+    def env(self, plan: Plan) -> dict[str, str]:
         env = dict(plan.cluster.env)
         env.update(plan.recipe.env)
         env.update(plan.recipe.router.env)

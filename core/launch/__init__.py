@@ -10,6 +10,6 @@ def control_runner(cluster: Cluster) -> Runner:
     """Where Slurm commands run: the login host over SSH if the cluster names one, else here."""
     if cluster.login is None:
         return LocalRunner()
-    from ..sshconn import ssh_runner_for_login  # noqa: PLC0415  (asyncssh only when needed)
+    from ..sshconn import ssh_runner_for_login
 
     return ssh_runner_for_login(cluster)

@@ -8,8 +8,8 @@ later session can learn how a process ended even if nobody was watching.
 from __future__ import annotations
 
 import abc
+from collections.abc import AsyncIterator
 from dataclasses import asdict, dataclass, field
-from typing import AsyncIterator
 
 from ..commands import ProcessSpec
 from ..shell import Runner
@@ -50,7 +50,7 @@ class ProcHandle:
         return asdict(self)
 
     @staticmethod
-    def from_json(d: dict) -> "ProcHandle":
+    def from_json(d: dict) -> ProcHandle:
         return ProcHandle(**{k: d.get(k) for k in ProcHandle.__dataclass_fields__ if k in d})
 
 

@@ -11,8 +11,8 @@ import os
 import signal
 import subprocess
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import AsyncIterator
 
 from ..commands import ProcessSpec
 from ..watch.tail import follow

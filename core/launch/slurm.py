@@ -13,8 +13,8 @@ import os
 import shlex
 import subprocess
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import AsyncIterator
 
 from ..cluster import Cluster
 from ..commands import ProcessSpec, launcher_wrap
@@ -120,8 +120,9 @@ class SlurmLauncher(Launcher):
             await self.runner.run(["mkdir", "-p", "-m", "700", f"{self.shared_dir}/logs"], check=True)
         res = await self.runner.run(argv, timeout=60)
         if not res.ok:
+            said = (res.stderr or res.stdout).strip()
             raise AtomdeckError(f"sbatch refused the allocation on {self.runner.where}: "
-                                f"{(res.stderr or res.stdout).strip().splitlines()[-1] if (res.stderr or res.stdout).strip() else res.rc}")
+                                f"{said.splitlines()[-1] if said else f'exit {res.rc}'}")
         self.job_id = res.stdout.strip().split(";")[0]
         self.job_owned = True
         deadline = time.monotonic() + JOB_START_TIMEOUT
@@ -181,7 +182,8 @@ class SlurmLauncher(Launcher):
             self._children[spec.name] = child
             pid = child.pid
         else:
-            line = f"rm -f {shlex.quote(exit_path)}; {shlex.join(['env', *[f'{k}={v}' for k, v in env.items()], *argv])}"
+            command = shlex.join(["env", *[f"{k}={v}" for k, v in env.items()], *argv])
+            line = f"rm -f {shlex.quote(exit_path)}; {command}"
             res = await self.runner.run(["sh", "-c", f"setsid sh -c {shlex.quote(line)} >>{shlex.quote(srun_log)} "
                                          "2>&1 </dev/null & echo $!"], timeout=30, check=True)
             pid = int(res.stdout.strip().split()[-1])
@@ -384,4 +386,4 @@ def _signal_group(pid: int, sig: int) -> None:
         pass
 
 
-__all__ = ["SlurmLauncher", "query_nodes", "PreflightError", "launcher_wrap"]
+__all__ = ["PreflightError", "SlurmLauncher", "launcher_wrap", "query_nodes"]

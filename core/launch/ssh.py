@@ -10,8 +10,8 @@ from __future__ import annotations
 import asyncio
 import os
 import shlex
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import AsyncIterator, Callable
 
 from ..cluster import Cluster
 from ..commands import ProcessSpec
@@ -150,7 +150,7 @@ class SshLauncher(Launcher):
                 pids = [int(x) for x in res.stdout.split()]
                 if len(pids) != len(group):
                     raise AtomdeckError(f"starting on {name}: expected {len(group)} PIDs, got {res.stdout!r}")
-            except BaseException as e:  # noqa: BLE001  (reported per process)
+            except BaseException as e:
                 for s in group:
                     results[s.name] = e
                 return
@@ -236,8 +236,11 @@ class SshLauncher(Launcher):
         async def sweep(node: str) -> None:
             res = await self.runner(node).run(["sh", "-c", SWEEP_SCRIPT, "sweep", self.run_id], timeout=60)
             killed = [ln for ln in res.stdout.splitlines() if ln.startswith("killed")]
-            out.append(f"{node}: swept {len(killed)} leftover process(es)" if killed else
-                       f"{node}: no process of the run left" if res.ok else f"{node}: could not check ({res.explain()})")
+            if killed:
+                out.append(f"{node}: swept {len(killed)} leftover process(es)")
+            else:
+                out.append(f"{node}: no process of the run left" if res.ok else
+                           f"{node}: could not check ({res.explain()})")
 
         nodes = sorted(self._runners)
         await asyncio.gather(*(sweep(n) for n in nodes))

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import defaultdict
-from typing import Callable
+from collections.abc import Callable
 
 from ..events import CellState
 from ..shell import Runner
@@ -126,7 +126,7 @@ class BarrierProber:
                     nxt = self._interval_peek(c)
                     if nxt is not None:
                         self._due[c.key] = min(self._due.get(c.key, float("inf")), time.monotonic() + nxt)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
 
     def _interval_peek(self, c: CellState) -> float | None:

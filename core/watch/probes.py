@@ -21,8 +21,8 @@ async def tcp_probe(host: str, port: int, timeout: float = 1.0, runner: Runner |
     """'open', 'refused', 'timeout' or 'unreachable'."""
     runner = runner or _LOCAL
     try:
-        reader, writer = await asyncio.wait_for(runner.open_connection(host, port), timeout)
-    except asyncio.TimeoutError:
+        _, writer = await asyncio.wait_for(runner.open_connection(host, port), timeout)
+    except TimeoutError:
         return "timeout"
     except ConnectionRefusedError:
         return "refused"
@@ -37,7 +37,7 @@ async def tcp_probe(host: str, port: int, timeout: float = 1.0, runner: Runner |
     writer.close()
     try:
         await asyncio.wait_for(writer.wait_closed(), 0.5)
-    except (asyncio.TimeoutError, OSError, Exception):
+    except (TimeoutError, OSError, Exception):
         pass
     return "open"
 
@@ -69,7 +69,7 @@ async def http_request(host: str, port: int, method: str, path: str, body: Any =
     runner = runner or _LOCAL
     try:
         return await asyncio.wait_for(_request(runner, host, port, method, path, body), timeout)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         return HttpResult(0, error=f"no answer within {timeout:g}s")
     except (OSError, asyncio.IncompleteReadError, ValueError) as e:
         return HttpResult(0, error=str(e) or type(e).__name__)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from typing import AsyncIterator
+from collections.abc import AsyncIterator
 
 MAX_LINE = 64 * 1024  # a longer "line" is split into pieces, never dropped
 
@@ -81,5 +81,5 @@ def read_last_lines(path: str, n: int = 20, max_bytes: int = 256 * 1024) -> list
             data = f.read()
     except OSError:
         return []
-    lines, rest = split_lines(data, final=True)
+    lines, _ = split_lines(data, final=True)
     return [decode(raw) for raw, _ in lines[-n:]]

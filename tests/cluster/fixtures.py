@@ -37,7 +37,7 @@ def _hold_shared(lab: Lab) -> None:
     so a concurrent session's lab is never pulled from under it."""
     if _STATE["lock"] is None:
         lab.root.mkdir(parents=True, exist_ok=True)
-        fh = open(lab.root / "users.lock", "a")  # noqa: SIM115 - held for the whole session
+        fh = open(lab.root / "users.lock", "a")
         fcntl.flock(fh, fcntl.LOCK_SH)
         _STATE["lock"] = fh
 

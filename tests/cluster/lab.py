@@ -150,7 +150,7 @@ class Lab:
         lab = cls.from_env(lab_dir)
         try:
             reason = lab.problem()
-        except Exception as exc:  # noqa: BLE001 - a probe failed: report it, never crash collection
+        except Exception as exc:
             reason = f"lab probe failed: {type(exc).__name__}: {exc}"
         return LabStatus(lab, reason is None, reason or "")
 

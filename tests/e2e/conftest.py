@@ -6,7 +6,6 @@ import asyncio
 import os
 
 import pytest
-
 from atomdeck.core.edit import set_field
 from atomdeck.core.run import Run
 from atomdeck.core.session import load_workspace

@@ -12,7 +12,6 @@ import sys
 import time
 
 import pytest
-
 from atomdeck.core.errors import AtomdeckError
 from atomdeck.core.run import Run
 from atomdeck.core.rundir import RunDir

@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from atomdeck.core.diagnose import diagnose
 from atomdeck.core.run import Run
 

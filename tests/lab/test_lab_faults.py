@@ -7,13 +7,12 @@ import subprocess
 
 import pytest
 import yaml
-
 from atomdeck.core.launch.slurm import PreflightError
 from atomdeck.core.paths import find_cluster
 from atomdeck.core.run import Run
-from atomdeck.core.session import load_workspace, fetch_inventory
+from atomdeck.core.session import fetch_inventory, load_workspace
 
-from .runhelpers import open_ports, run_pids, serve, squeue_job, squeue_steps, teardown, workspace
+from .runhelpers import open_ports, run_pids, squeue_job, squeue_steps, teardown, workspace
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 G = "mia1-p01-g0"

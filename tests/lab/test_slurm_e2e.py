@@ -11,11 +11,21 @@ import sys
 import time
 
 import pytest
-
 from atomdeck.core.run import Run
 
-from .runhelpers import (SPEED, cli, kill_worker_python, open_ports, run_pids, serve, squeue_job, squeue_steps,
-                         teardown, wait_for, workspace)
+from .runhelpers import (
+    SPEED,
+    cli,
+    kill_worker_python,
+    open_ports,
+    run_pids,
+    serve,
+    squeue_job,
+    squeue_steps,
+    teardown,
+    wait_for,
+    workspace,
+)
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 G = "mia1-p01-g0"

@@ -11,8 +11,6 @@ import time
 
 import pytest
 import yaml
-
-from atomdeck.core.errors import AtomdeckError
 from atomdeck.core.paths import find_cluster
 from atomdeck.core.run import Run
 

@@ -11,6 +11,7 @@ from atomdeck.sim.router_args import split_prefill_args
 from atomdeck.sim.worker_args import build_parser
 from hypothesis import given
 from hypothesis import strategies as st
+
 from .simhelpers import MODEL, Spawner, worker_argv
 
 

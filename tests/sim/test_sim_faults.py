@@ -6,6 +6,7 @@ import json
 import time
 
 import pytest
+
 from .simhelpers import MODEL, assert_in_order, http, port_open, wait_http
 
 pytestmark = pytest.mark.slow

@@ -9,6 +9,7 @@ import time
 import pytest
 from atomdeck.sim import engine
 from atomdeck.sim.kv import BYTES_PER_BLOCK
+
 from .simhelpers import MODEL, SHIM, assert_in_order, get_json, http, port_open, sse_events, wait_http
 
 pytestmark = pytest.mark.slow

@@ -9,6 +9,7 @@ from atomdeck.core.inventory import parse_scontrol_nodes
 from atomdeck.core.lint import assess
 from atomdeck.core.paths import catalog_path
 from atomdeck.core.recipe import parse_recipe
+
 from tests.conftest import DATA
 
 SIM = SimRuntime(shim_dir="/SHIM", python_bin="/PYBIN", speed=1.0)

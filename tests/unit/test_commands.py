@@ -9,20 +9,18 @@ from pathlib import Path
 
 import pytest
 import yaml
-from hypothesis import given, settings
-from hypothesis import strategies as st
-
 from atomdeck.core.catalog import load_catalog
-from atomdeck.core.cluster import parse_cluster
+from atomdeck.core.cluster import load_cluster, parse_cluster
 from atomdeck.core.commands import LaunchContext, shell_line
 from atomdeck.core.export import export_script
 from atomdeck.core.inventory import Node
 from atomdeck.core.lint import assess
 from atomdeck.core.paths import catalog_path, find_cluster, shipped_recipes
-from atomdeck.core.recipe import load_recipe, parse_recipe
-from atomdeck.core.cluster import load_cluster
+from atomdeck.core.recipe import Recipe, check_recipe, load_recipe
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from .helpers import SIM, lab_assess
+from .helpers import SIM
 
 CONTRACTS = Path(__file__).resolve().parent.parent / "contracts"
 G = "mia1-p01-g0"
@@ -150,9 +148,9 @@ env_name = st.from_regex(r"[A-Z_][A-Z0-9_]{0,10}", fullmatch=True)
 @given(model=text, env_val=text, arg_val=text, node=st.from_regex(r"[a-z][a-z0-9.;$`'\" -]{0,15}", fullmatch=True),
        key=env_name, launcher=st.sampled_from(["local", "slurm", "ssh"]), docker=st.booleans())
 def test_rendered_commands_split_back_to_the_same_argv(model, env_val, arg_val, node, key, launcher, docker):
-    r = parse_recipe(yaml.safe_dump({"name": "t", "model": {"path": model}, "env": {key: env_val},
-                                      "prefill": {"args": {"some-flag": arg_val}}, "image": "img:1"},
-                                     allow_unicode=True))
+    # built from data, not YAML text: YAML itself folds some characters (e.g. U+0085) into spaces
+    r = check_recipe(Recipe.model_validate({"name": "t", "model": {"path": model}, "env": {key: env_val},
+                                            "prefill": {"args": {"some-flag": arg_val}}, "image": "img:1"}))
     c = parse_cluster(yaml.safe_dump({"name": "c", "launcher": launcher, "nodes": [{"name": "n0"}],
                                       "container": {"runtime": "docker" if docker else "none"},
                                       "model_dirs": [{"pattern": "*", "path": "/m"}]}))

@@ -6,15 +6,13 @@ from __future__ import annotations
 import shlex
 import subprocess
 
-import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
 from atomdeck.core.cluster import parse_cluster
 from atomdeck.core.errors import ConfigError
 from atomdeck.core.launch.ssh import detached_command
 from atomdeck.core.recipe import parse_recipe
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 RECIPE_KEYS = ["name", "model", "path", "served_name", "prefill", "decode", "aggregate", "workers", "tp",
                "per_node", "dp_attention", "args", "env", "ports", "router", "policy", "health", "benchmark",

@@ -6,7 +6,6 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-
 from atomdeck.core.catalog import ModelEntry, parse_catalog
 from atomdeck.core.engines import ENGINES
 from atomdeck.core.engines.atom import Atom

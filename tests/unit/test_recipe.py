@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from atomdeck.core.errors import ConfigError
 from atomdeck.core.paths import shipped_recipes
 from atomdeck.core.recipe import WORKER_OWNED, load_recipe, parse_recipe

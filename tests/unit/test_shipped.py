@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from atomdeck.core.catalog import load_catalog
 from atomdeck.core.cluster import load_cluster
 from atomdeck.core.commands import LaunchContext
