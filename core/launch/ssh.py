@@ -20,12 +20,28 @@ from ..shell import LocalRunner, Runner
 from .base import SUPERVISOR, Launcher, ProcHandle, ProcStatus, StopReport, marker
 from .local import describe_exit
 
-# $1 pid: wait until the process is gone (zombies count as gone), then print its exit code if known.
-WAIT_SCRIPT = r'''pid=$1; ef=$2
-while s=$(sed 's/.*) //' /proc/"$pid"/stat 2>/dev/null | cut -d' ' -f1) && [ "$s" != Z ] && [ "$s" != X ]; do
+# $1: the logs directory; then PID:NAME for each process. Every 0.2 s, for each process that has ended
+# (zombies count as ended) print "ended PID CODE" once (CODE from $1/NAME.exit, empty if unknown);
+# return when all have ended. One channel per node watches all of its processes: SSH allows 10
+# channels per connection, and each process's log tail needs one.
+WAIT_SCRIPT = r'''dir=$1; shift
+procs="$*"; done=
+while :; do
+  left=0
+  for item in $procs; do
+    pid=${item%%:*}; name=${item#*:}
+    case " $done " in *" $pid "*) continue;; esac
+    s=$(sed 's/.*) //' /proc/"$pid"/stat 2>/dev/null | cut -d' ' -f1)
+    if [ -z "$s" ] || [ "$s" = Z ] || [ "$s" = X ]; then
+      code=; [ -s "$dir/$name.exit" ] && code=$(cat "$dir/$name.exit")
+      echo "ended $pid $code"; done="$done $pid"
+    else
+      left=$((left + 1))
+    fi
+  done
+  [ "$left" -eq 0 ] && break
   sleep 0.2
-done
-if [ -s "$ef" ]; then echo "exit=$(cat "$ef")"; else echo "exit="; fi'''
+done'''
 
 # $1 process group, $2 marker value, $3 grace seconds: TERM, wait, KILL, verify. One line of result.
 STOP_SCRIPT = r'''pg=$1; mark=$2; grace=$3
@@ -75,6 +91,9 @@ class SshLauncher(Launcher):
         self.remote_dir = meta.get("remote_dir") or f"{cluster.remote_dir.rstrip('/')}/{run_id}"
         self._runners: dict[str, Runner] = {}
         self._conn_listeners: list[Callable[[str, str, str], None]] = []
+        self._waiting: dict[str, dict[int, tuple[ProcHandle, asyncio.Future]]] = {}
+        self._watchers: dict[str, asyncio.Task] = {}
+        self._restart: dict[str, asyncio.Event] = {}
         self._unsub: list[Callable[[], None]] = []
 
     def runner(self, node: str) -> Runner:
@@ -178,19 +197,51 @@ class SshLauncher(Launcher):
         return ProcStatus(False, code, describe_exit(code))
 
     async def wait(self, handle: ProcHandle) -> ProcStatus:
-        """A remote loop watches the PID (0.2 s); a dropped connection is retried with back-off."""
+        """Return when the process ends. One remote watcher per node serves every waiting process there
+        (a dropped connection is retried with back-off, and the watcher resumes with what is left)."""
+        fut = asyncio.get_running_loop().create_future()
+        self._waiting.setdefault(handle.node, {})[handle.pid] = (handle, fut)
+        watcher = self._watchers.get(handle.node)
+        if watcher is None or watcher.done():
+            self._watchers[handle.node] = asyncio.create_task(self._watch_node(handle.node))
+        elif handle.node in self._restart:
+            self._restart[handle.node].set()  # a new process joins: restart the remote loop with it
+        try:
+            return await asyncio.shield(fut)
+        finally:
+            waiting = self._waiting.get(handle.node, {})
+            if waiting.get(handle.pid, (None, None))[1] is fut:
+                waiting.pop(handle.pid, None)
+
+    async def _watch_node(self, node: str) -> None:
         delay = 0.25
-        while True:
-            try:
-                res = await self.runner(handle.node).run(
-                    ["sh", "-c", WAIT_SCRIPT, "wait", str(handle.pid), handle.exit_path], timeout=None)
-                if res.ok and res.stdout.strip().startswith("exit="):
-                    code = _code(res.stdout.strip().splitlines()[-1])
-                    return ProcStatus(False, code, describe_exit(code))
-            except AtomdeckError:
-                pass
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 5.0)
+        while self._waiting.get(node):
+            pending = {pid: item for pid, item in self._waiting[node].items() if not item[1].done()}
+            if not pending:
+                return
+            args = [f"{self.remote_dir}/logs", *(f"{pid}:{h.name}" for pid, (h, _) in pending.items())]
+            restart = self._restart[node] = asyncio.Event()
+            job = asyncio.ensure_future(self._stream_node(node, args, pending))
+            stop = asyncio.ensure_future(restart.wait())
+            done, _ = await asyncio.wait({job, stop}, return_when=asyncio.FIRST_COMPLETED)
+            for t in (job, stop):
+                if not t.done():
+                    t.cancel()
+            await asyncio.gather(job, stop, return_exceptions=True)
+            if job in done and job.exception() is not None:
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+            else:
+                delay = 0.25
+
+    async def _stream_node(self, node: str, args: list[str], pending: dict) -> None:
+        async for line in self.runner(node).stream(["sh", "-c", WAIT_SCRIPT, "wait", *args]):
+            parts = line.split()
+            if len(parts) >= 2 and parts[0] == "ended" and parts[1].isdigit():
+                item = pending.get(int(parts[1]))
+                if item and not item[1].done():
+                    code = _code("=" + (parts[2] if len(parts) > 2 else ""))
+                    item[1].set_result(ProcStatus(False, code, describe_exit(code)))
 
     def tail(self, handle: ProcHandle, offset: int) -> AsyncIterator[tuple[int, str]]:
         return self._mirrored_tail(handle, offset)
@@ -264,6 +315,10 @@ class SshLauncher(Launcher):
         return out
 
     async def close(self) -> None:
+        for t in self._watchers.values():
+            t.cancel()
+        await asyncio.gather(*self._watchers.values(), return_exceptions=True)
+        self._watchers.clear()
         for u in self._unsub:
             try:
                 u()

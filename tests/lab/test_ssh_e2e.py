@@ -105,3 +105,28 @@ def test_down_after_the_console_was_killed_leaves_nothing(lab):
     assert run_pids(lab, run_id) == {} and open_ports(run) == []
 
 
+
+
+def test_worker_killed_on_its_node_is_reported_within_two_seconds_over_ssh(lab):
+    from .runhelpers import kill_worker_python
+
+    ws = workspace("demo-2p1d", "lab-ssh")
+
+    async def go():
+        run = await Run.launch(ws, ws.assess())
+        state = await run.watch(until=lambda s: s.status in ("serving", "failed"), timeout=60)
+        assert state.status == "serving", state.diagnosis
+        t_kill = time.time()
+        kill_worker_python(lab, run.plan.endpoint("prefill-1").node, run.id, "prefill-1")
+        state = await run.watch(until=lambda s: s.procs["prefill-1"].alive is False, timeout=10)
+        await run.close()
+        return run, state, t_kill
+
+    run, state, t_kill = asyncio.run(go())
+    try:
+        p = state.procs["prefill-1"]
+        assert p.stage == "failed" and p.exit_code == 137
+        assert p.since - t_kill < 2.0, f"noticed after {p.since - t_kill:.2f}s"
+        assert state.procs["prefill-0"].alive is not False  # the other processes are still watched
+    finally:
+        assert teardown(run.id).clean
