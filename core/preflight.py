@@ -6,13 +6,17 @@ One small POSIX-sh script runs on every node in parallel (as a Slurm step or ove
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shlex
 from dataclasses import dataclass, field
+from typing import Awaitable, Callable
 
 from .commands import ProcessSpec
+from .errors import AtomdeckError
 from .findings import Finding
 from .plan import Plan
+from .shell import Result
 
 VRAM_IDLE_PCT = 10
 
@@ -155,3 +159,31 @@ def _vram_use(text: str) -> list[tuple[str, float]]:
                 except (TypeError, ValueError):
                     pass
     return out
+
+
+class PreflightError(AtomdeckError):
+    """Pre-flight found problems: nothing was launched. `findings` name each node."""
+
+    def __init__(self, findings: list[Finding]):
+        self.findings = findings
+        super().__init__("pre-flight failed, nothing was launched: " +
+                         "; ".join(f"{f.node}: {f.message}" for f in findings))
+
+
+async def run_checks(plan: Plan, processes: list[ProcessSpec],
+                     run_on: Callable[[str, list[str]], Awaitable[Result]]) -> dict[str, str]:
+    """Run the script on every node in parallel (run_on(node, argv) runs it there: an srun step, an SSH
+    command). Raises PreflightError with every finding; returns each node's RDMA NIC type."""
+    checks = checks_for(plan, processes)
+
+    async def one(ch: NodeCheck) -> None:
+        res = await run_on(ch.node, command(ch))
+        ch.result = parse(res.stdout)
+        if not res.ok and "preflight" not in ch.result:
+            ch.result["error"] = (res.stderr or res.stdout).strip()[-300:]
+
+    await asyncio.gather(*(one(ch) for ch in checks))
+    findings = [f for ch in checks for f in findings_from(ch, plan.recipe.model.path)]
+    if findings:
+        raise PreflightError(findings)
+    return {ch.node: ch.result.get("nic", "none") for ch in checks}

@@ -79,7 +79,21 @@ def _args_check(value: dict[str, Any]) -> dict[str, Any]:
     return value
 
 
-class RoleSpec(_Strict):
+class _EnvArgs(_Strict):
+    """Validators shared by everything that carries process env and extra args."""
+
+    @field_validator("env", check_fields=False)
+    @classmethod
+    def _env(cls, v: dict) -> dict:
+        return _env_check(v)
+
+    @field_validator("args", check_fields=False)
+    @classmethod
+    def _args(cls, v: dict) -> dict:
+        return _args_check(v)
+
+
+class RoleSpec(_EnvArgs):
     """One role's workers (prefill, decode, or aggregate workers)."""
 
     workers: int = Field(1, ge=0)
@@ -91,15 +105,6 @@ class RoleSpec(_Strict):
     args: dict[str, ArgValue] = Field(default_factory=dict)
     env: dict[str, Any] = Field(default_factory=dict)
 
-    @field_validator("env")
-    @classmethod
-    def _env(cls, v: dict) -> dict:
-        return _env_check(v)
-
-    @field_validator("args")
-    @classmethod
-    def _args(cls, v: dict) -> dict:
-        return _args_check(v)
 
     def nodes_needed(self) -> int:
         return -(-self.workers // self.per_node) if self.workers else 0
@@ -118,7 +123,7 @@ class Ports(_Strict):
 Policy = Literal["random", "round_robin", "cache_aware", "power_of_two", "prefix_hash"]
 
 
-class RouterSpec(_Strict):
+class RouterSpec(_EnvArgs):
     type: str = "atomesh"
     policy: Policy = "random"
     log_level: Literal["debug", "info", "warn", "error"] = "info"
@@ -126,15 +131,6 @@ class RouterSpec(_Strict):
     args: dict[str, ArgValue] = Field(default_factory=dict)
     env: dict[str, Any] = Field(default_factory=dict)
 
-    @field_validator("env")
-    @classmethod
-    def _env(cls, v: dict) -> dict:
-        return _env_check(v)
-
-    @field_validator("args")
-    @classmethod
-    def _args(cls, v: dict) -> dict:
-        return _args_check(v)
 
 
 class ModelSpec(_Strict):

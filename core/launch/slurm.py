@@ -20,6 +20,7 @@ from ..cluster import Cluster
 from ..commands import ProcessSpec, launcher_wrap
 from ..errors import AtomdeckError
 from ..inventory import Node, expand_hostlist, parse_scontrol_nodes
+from ..preflight import PreflightError, run_checks
 from ..shell import LocalRunner, Runner
 from ..watch.tail import follow
 from . import control_runner
@@ -41,13 +42,6 @@ async def query_nodes(cluster: Cluster, names: list[str] | None = None, runner: 
     if not res.ok:
         raise AtomdeckError(f"scontrol on {runner.where}: {res.explain()}")
     return parse_scontrol_nodes(res.stdout)
-
-
-class PreflightError(AtomdeckError):
-    def __init__(self, findings):
-        self.findings = findings
-        super().__init__("pre-flight failed, nothing was launched: " +
-                         "; ".join(f"{f.node}: {f.message}" for f in findings))
 
 
 class SlurmLauncher(Launcher):
@@ -140,21 +134,9 @@ class SlurmLauncher(Launcher):
                             "check the partition and the nodes' state")
 
     async def _preflight(self, plan, processes: list[ProcessSpec]) -> dict[str, str]:
-        from ..preflight import checks_for, command, findings_from, parse
-
-        checks = checks_for(plan, processes)
-
-        async def one(ch):
-            res = await self.runner.run(self._srun(ch.node, "preflight", command(ch), output=None), timeout=60)
-            ch.result = parse(res.stdout)
-            if not res.ok and "preflight" not in ch.result:
-                ch.result["error"] = (res.stderr or res.stdout).strip()[-300:]
-
-        await asyncio.gather(*(one(ch) for ch in checks))
-        findings = [f for ch in checks for f in findings_from(ch, plan.recipe.model.path)]
-        if findings:
-            raise PreflightError(findings)
-        return {ch.node: ch.result.get("nic", "none") for ch in checks}
+        """The pre-flight script as one srun step per node, all in parallel."""
+        return await run_checks(plan, processes, lambda node, argv: self.runner.run(
+            self._srun(node, "preflight", argv, output=None), timeout=60))
 
     def _srun(self, node: str, name: str, inner: list[str], output: str | None) -> list[str]:
         argv = ["srun", "--jobid", str(self.job_id), "--overlap", "-w", node, "-N1", "-n1", f"--job-name={name}"]

@@ -117,8 +117,7 @@ class SshLauncher(Launcher):
 
     # ---------------------------------------------------------------------------------------- prepare
     async def prepare(self, plan, processes: list[ProcessSpec]) -> dict:
-        from ..preflight import checks_for, command, findings_from, parse
-        from .slurm import PreflightError
+        from ..preflight import run_checks
 
         nodes = list(plan.selection.all())
 
@@ -127,19 +126,8 @@ class SshLauncher(Launcher):
                                         check=True)
 
         await asyncio.gather(*(mk(n) for n in nodes))  # also: the first connection to every node, in parallel
-        checks = checks_for(plan, processes)
-
-        async def one(ch) -> None:
-            res = await self.runner(ch.node).run(command(ch), timeout=60)
-            ch.result = parse(res.stdout)
-            if not res.ok and "preflight" not in ch.result:
-                ch.result["error"] = (res.stderr or res.stdout).strip()[-300:]
-
-        await asyncio.gather(*(one(ch) for ch in checks))
-        findings = [f for ch in checks for f in findings_from(ch, plan.recipe.model.path)]
-        if findings:
-            raise PreflightError(findings)
-        return {"remote_dir": self.remote_dir, "nic": {ch.node: ch.result.get("nic", "none") for ch in checks}}
+        nic = await run_checks(plan, processes, lambda node, argv: self.runner(node).run(argv, timeout=60))
+        return {"remote_dir": self.remote_dir, "nic": nic}
 
     # ---------------------------------------------------------------------------------------- processes
     async def start(self, spec: ProcessSpec) -> ProcHandle:
