@@ -9,8 +9,8 @@ from __future__ import annotations
 import asyncio
 import json
 import shlex
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Awaitable, Callable
 
 from .commands import ProcessSpec
 from .errors import AtomdeckError
