@@ -48,7 +48,7 @@ async def bench_kind(kind: str) -> dict:
     if kind == "ssh":
         launcher = SshLauncher(run_id, str(rd.path), cluster, {})
         # warm: one connection per node (the launch path opens them in parallel during prepare)
-        await asyncio.gather(*(launcher.runner(n).run(["mkdir", "-p", f"{launcher.remote_dir}/logs"]) for n in NODES))
+        await asyncio.gather(*(launcher.shell(n).run(["mkdir", "-p", f"{launcher.remote_dir}/logs"]) for n in NODES))
     else:
         launcher = SlurmLauncher(run_id, str(rd.path), cluster, {})
         await launcher._submit(NODES)

@@ -16,6 +16,7 @@ from pathlib import Path
 from ..cluster import Cluster
 from ..commands import ProcessSpec
 from ..errors import AtomdeckError
+from ..remote_shell import RemoteShell
 from ..shell import LocalRunner, Runner
 from .base import SUPERVISOR, Launcher, ProcHandle, ProcStatus, StopReport, marker
 from .local import describe_exit
@@ -90,6 +91,7 @@ class SshLauncher(Launcher):
         self.cluster = cluster
         self.remote_dir = meta.get("remote_dir") or f"{cluster.remote_dir.rstrip('/')}/{run_id}"
         self._runners: dict[str, Runner] = {}
+        self._shells: dict[str, RemoteShell] = {}
         self._conn_listeners: list[Callable[[str, str, str], None]] = []
         self._waiting: dict[str, dict[int, tuple[ProcHandle, asyncio.Future]]] = {}
         self._watchers: dict[str, asyncio.Task] = {}
@@ -107,6 +109,12 @@ class SshLauncher(Launcher):
                 self._unsub.append(watch(lambda st, n=node: self._on_conn(n, st)))
         return self._runners[node]
 
+    def shell(self, node: str) -> RemoteShell:
+        """The node's persistent shell, for short commands (no login shell per command)."""
+        if node not in self._shells:
+            self._shells[node] = RemoteShell(self.runner(node))
+        return self._shells[node]
+
     def _on_conn(self, node: str, st) -> None:
         for fn in list(self._conn_listeners):
             fn(node, st.state, st.reason)
@@ -122,11 +130,11 @@ class SshLauncher(Launcher):
         nodes = list(plan.selection.all())
 
         async def mk(node: str) -> None:
-            await self.runner(node).run(["mkdir", "-p", "-m", "700", f"{self.remote_dir}/logs"], timeout=30,
-                                        check=True)
+            await self.shell(node).run(["mkdir", "-p", "-m", "700", f"{self.remote_dir}/logs"], timeout=30,
+                                       check=True)
 
         await asyncio.gather(*(mk(n) for n in nodes))  # also: the first connection to every node, in parallel
-        nic = await run_checks(plan, processes, lambda node, argv: self.runner(node).run(argv, timeout=60))
+        nic = await run_checks(plan, processes, lambda node, argv: self.shell(node).run(argv, timeout=60))
         return {"remote_dir": self.remote_dir, "nic": nic}
 
     # ---------------------------------------------------------------------------------------- processes
@@ -134,7 +142,7 @@ class SshLauncher(Launcher):
         logs = f"{self.remote_dir}/logs"
         log, exit_path, pid_path = f"{logs}/{spec.name}.log", f"{logs}/{spec.name}.exit", f"{logs}/{spec.name}.pid"
         line = detached_command(self.run_id, spec.name, self.remote_dir, log, exit_path, pid_path, spec.inner)
-        res = await self.runner(spec.node).run(["sh", "-c", line], timeout=30, check=True)
+        res = await self.shell(spec.node).run(["sh", "-c", line], timeout=30, check=True)
         pid = int(res.stdout.strip().split()[-1])
         return ProcHandle(spec.name, spec.node, spec.host, self.kind, pid=pid, log_path=log, exit_path=exit_path,
                           extra={"pid_path": pid_path, "remote_dir": self.remote_dir})
@@ -152,8 +160,8 @@ class SshLauncher(Launcher):
             lines = [detached_command(self.run_id, s.name, self.remote_dir, f"{logs}/{s.name}.log",
                                       f"{logs}/{s.name}.exit", f"{logs}/{s.name}.pid", s.inner) for s in group]
             try:
-                res = await self.runner(name).run(["sh", "-c", "\n".join(f"({ln})" for ln in lines)], timeout=60,
-                                                  check=True)
+                res = await self.shell(name).run(["sh", "-c", "\n".join(f"({ln})" for ln in lines)], timeout=60,
+                                                 check=True)
                 pids = [int(x) for x in res.stdout.split()]
                 if len(pids) != len(group):
                     raise AtomdeckError(f"starting on {name}: expected {len(group)} PIDs, got {res.stdout!r}")
@@ -174,8 +182,8 @@ class SshLauncher(Launcher):
         script = ('s=$(sed "s/.*) //" /proc/$1/stat 2>/dev/null | cut -d" " -f1); '
                   'if [ -n "$s" ] && [ "$s" != Z ] && [ "$s" != X ]; then echo alive; '
                   'elif [ -s "$2" ]; then echo "exit=$(cat "$2")"; else echo exit=; fi')
-        res = await self.runner(handle.node).run(["sh", "-c", script, "poll", str(handle.pid), handle.exit_path],
-                                                 timeout=30)
+        res = await self.shell(handle.node).run(["sh", "-c", script, "poll", str(handle.pid), handle.exit_path],
+                                                timeout=30)
         out = res.stdout.strip()
         if not res.ok:
             raise AtomdeckError(f"cannot check {handle.name} on {handle.node}: {res.explain()}")
@@ -273,7 +281,7 @@ class SshLauncher(Launcher):
         out = []
 
         async def sweep(node: str) -> None:
-            res = await self.runner(node).run(["sh", "-c", SWEEP_SCRIPT, "sweep", self.run_id], timeout=60)
+            res = await self.shell(node).run(["sh", "-c", SWEEP_SCRIPT, "sweep", self.run_id], timeout=60)
             killed = [ln for ln in res.stdout.splitlines() if ln.startswith("killed")]
             if killed:
                 out.append(f"{node}: swept {len(killed)} leftover process(es)")
@@ -303,6 +311,9 @@ class SshLauncher(Launcher):
         return out
 
     async def close(self) -> None:
+        for sh in self._shells.values():
+            await sh.close()
+        self._shells.clear()
         for t in self._watchers.values():
             t.cancel()
         await asyncio.gather(*self._watchers.values(), return_exceptions=True)
