@@ -138,3 +138,21 @@ def test_console_killed_then_down_from_a_new_process(lab):
     down = cli("down", run_id)
     assert down.returncode == 0, down.stdout + down.stderr
     assert squeue_job(job) == "" and run_pids(lab, run_id) == {} and open_ports(run) == []
+
+
+def test_nodes_shows_a_node_not_responding_once_slurm_notices(lab):
+    node = f"{G}4"
+    lab.kill_slurmd(node)
+    try:
+        def row():
+            rows = {r["name"]: r for r in json.loads(cli("nodes", "--cluster", "lab", "--json").stdout)["nodes"]}
+            return rows[node] if not rows[node]["usable"] else None
+
+        r = wait_for(row, timeout=40, interval=1.0)
+        assert r is not None, "g04 never showed as unusable"
+        assert "NOT_RESPONDING" in r["state"] and "not responding" in r["why_not"]
+        plan = json.loads(cli("plan", "demo-2p1d", "--cluster", "lab", "--json").stdout)
+        assert node not in {p["node"] for p in plan["processes"]}  # never auto-selected
+    finally:
+        lab.start_slurmd(node)
+        lab.wait_node_state(node, r"^(idle|mixed|allocated)$", timeout=60)
