@@ -33,3 +33,12 @@ class ConfigError(AtomdeckError):
 
 class PlanError(AtomdeckError):
     """A plan that cannot be built from the given recipe, cluster and nodes."""
+
+
+class PreflightError(AtomdeckError):
+    """Pre-flight found problems on the nodes: nothing was launched. `findings` name each node."""
+
+    def __init__(self, findings: list):
+        self.findings = findings
+        super().__init__("pre-flight failed, nothing was launched: " +
+                         "; ".join(f"{f.node}: {f.message}" for f in findings))

@@ -164,9 +164,8 @@ class RunState:
         p.alive = False
         p.exit_code = e.data.get("code")
         p.exit_detail = e.detail
-        for line in e.data.get("last_lines", []):
-            if not p.last_lines or p.last_lines[-1] != line:
-                p.last_lines.append(line)
+        if not p.last_lines:  # a session that did not see the lines live (replay, reattach) gets them here
+            p.last_lines.extend(e.data.get("last_lines", []))
         p.advance("stopped" if e.value == "stopped" else "failed", e.t)
         return True
 
@@ -203,7 +202,7 @@ class RunState:
 
     def _on_check(self, e: Event) -> bool:
         c = self.checks.setdefault(e.name, CheckState(e.name))
-        ok = e.value == "ok"
+        ok = True if e.value == "ok" else False if e.value == "fail" else None
         if c.ok == ok and c.detail == e.detail:
             return False
         c.ok, c.detail, c.since, c.data = ok, e.detail, e.t, dict(e.data)

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from .commands import ProcessSpec
-from .errors import AtomdeckError
+from .errors import PreflightError
 from .findings import Finding
 from .plan import Plan
 from .shell import Result
@@ -159,15 +159,6 @@ def _vram_use(text: str) -> list[tuple[str, float]]:
                 except (TypeError, ValueError):
                     pass
     return out
-
-
-class PreflightError(AtomdeckError):
-    """Pre-flight found problems: nothing was launched. `findings` name each node."""
-
-    def __init__(self, findings: list[Finding]):
-        self.findings = findings
-        super().__init__("pre-flight failed, nothing was launched: " +
-                         "; ".join(f"{f.node}: {f.message}" for f in findings))
 
 
 async def run_checks(plan: Plan, processes: list[ProcessSpec],

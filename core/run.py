@@ -26,7 +26,7 @@ from .recipe import Recipe, parse_recipe
 from .rundir import RunDir, new_run_id
 from .secrets import MASK, is_secret, redact_line
 from .session import Workspace, default_context
-from .watch.barrier import BarrierProber
+from .watch.barrier import BarrierProber, checkpoint
 from .watch.logs import classify
 from .watch.probes import http_get, http_post, tcp_probe
 from .watch.tail import read_last_lines
@@ -164,6 +164,7 @@ class Run:
         launcher = make_launcher(cluster, rd.id, str(rd.path), meta)
         state = replay(_fresh_state(rd.id, plan, processes), rd.event_lines())
         run = cls(rd, recipe, cluster, plan, processes, launcher, state)
+        run.stopping = state.status in ("stopping", "stopped", "dirty")
         run.handles = {h.name: h for h in rd.handles()}
         try:
             run.offsets = {k: int(v) for k, v in rd.read_json("offsets.json").items()}
@@ -197,6 +198,15 @@ class Run:
             self._changed.set()
             for fn in list(self.listeners):
                 fn(e)
+
+    def torn_down_elsewhere(self) -> bool:
+        """Another session (a console, `atomdeck down`) is tearing this run down, or has."""
+        if self.rd.teardown_in_progress():
+            return True
+        try:
+            return self.rd.meta().get("status") in ("stopping", "stopped", "dirty")
+        except AtomdeckError:
+            return False
 
     def _set_status(self, status: str, detail: str | None = None) -> None:
         if detail is None:
@@ -240,6 +250,7 @@ class Run:
                     await asyncio.wait_for(self._changed.wait(), timeout=min(wait or 1.0, 1.0))
                 except TimeoutError:
                     pass
+                checkpoint()  # a cancel that raced the wake-up (Python 3.11) still stops the watch
         finally:
             await cancel_all(tasks + list(self._background))
             self.save_offsets()
@@ -264,6 +275,8 @@ class Run:
             await cancel_all([tail])
             await self._drain(name, h, idle=0.15 if h.launcher != "ssh" else 0.6)
             last = list(self.state.procs[name].last_lines)[-10:]
+            if not self.stopping and self.torn_down_elsewhere():
+                self.stopping = True
             value = "stopped" if self.stopping else "failed"
             detail = status.detail if status.exit_code != 0 or self.stopping else "exited 0 unexpectedly"
             self.emit(Event("proc.exit", name, value, detail, {"code": status.exit_code, "last_lines": last}))
@@ -598,6 +611,7 @@ class Run:
         with self.rd.lock():
             self.stopping = True
             self.emit(Event("run", value="stopping", detail=f"grace {grace:g}s"))
+            self.rd.update_meta(status="stopping")
 
             async def stop_one(h: ProcHandle) -> StopReport:
                 self.emit(Event("teardown", h.name, "stopping", f"on {h.node}"))
@@ -615,6 +629,10 @@ class Run:
             results = await asyncio.gather(*(tcp_probe(host, port, 1.0, self.launcher.probe_runner(node))
                                              for node, host, port in ports))
             still_open = [f"{node}:{port}" for (node, _, port), res in zip(ports, results) if res == "open"]
+            seen = {(node, port): res for (node, _, port), res in zip(ports, results)}
+            for c in self.state.cells.values():  # the barrier grid shows the ports closing
+                if (c.node, c.port) in seen:
+                    self.emit(Event("cell", c.key, seen[(c.node, c.port)], data={"node": c.node, "port": c.port}))
             for key in still_open:
                 self.emit(Event("teardown", key, "open", "port still accepting connections"))
             clean = all(r.ok for r in reports) and not still_open

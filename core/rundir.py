@@ -148,6 +148,20 @@ class RunDir:
     def lock(self, what: str = "teardown") -> RunLock:
         return RunLock(self.path / f"{what}.lock")
 
+    def teardown_in_progress(self) -> bool:
+        """Someone holds the teardown lock right now."""
+        path = self.path / "teardown.lock"
+        if not path.exists():
+            return False
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        finally:
+            os.close(fd)  # closing drops the lock if we took it
+        return False
+
 
 class RunLock:
     """An exclusive, non-blocking lock: two consoles can never tear down the same run at once."""

@@ -52,10 +52,15 @@ _ASSIGN = re.compile(r"(?i)\b([A-Z0-9_]*(?:TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|
                      r"(['\"]?\s*[=:]\s*)(['\"]?)([^\s'\",}]+)")
 
 
+_MAYBE = re.compile(r"[=:]|hf_|gh[opsru]_|sk-|xox|AKIA")
+
+
 def redact_line(line: str, known: dict[str, str] | None = None) -> str:
     """A log line safe to show: known secret values, NAME=value for secret-looking names, and
     credential-shaped tokens masked."""
     if known:
         line = redact_text(line, known)
+    if not _MAYBE.search(line):  # the common case: nothing that could hold a credential
+        return line
     line = _ASSIGN.sub(lambda m: f"{m.group(1)}{m.group(2)}{m.group(3)}{MASK}", line)
     return _TOKEN_SHAPES.sub(MASK, line)

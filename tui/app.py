@@ -1,8 +1,11 @@
-"""The atomdeck console: design a P/D deployment (nodes, layout, every command), then launch.
+"""The atomdeck console: design a P/D deployment (nodes, layout, every command), launch it, watch
+it come up, read its logs, tear it down.
 
-The App holds the working state (workspace, design, assessment) and re-assesses through core on
-every change; the views only draw it. Views are App modes, reached with 1/2/3 like k9s; the run
-engine (part 2) adds its own view with `add_view` and fills in `launch_handler`.
+The App holds the working state (workspace, design, assessment; the attached run) and re-assesses
+through core on every change; the views only draw it. Views are App modes, reached with 1-5 like
+k9s: Nodes, Layout, Preview (design), Run (the attached run), Runs (every run on this machine).
+core's Run does the work (run_control.py: launch, watch in a watcher process, teardown, quit);
+the App pulses the run views at most ten times a second with what changed (see live.py).
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime
 from functools import partial
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from rich.text import Text
 from textual import work
@@ -25,11 +28,18 @@ from ..core.inventory import Node
 from ..core.lint import Assessment
 from ..core.session import Workspace, fetch_inventory, load_workspace, offline_nodes
 from . import bindings
+from .live import LiveRun
 from .messages import DesignChanged, InventoryUpdated, LaunchRequested
+from .run_control import RunControl
 from .screens.base import DesignScreen
 from .screens.layout import LayoutScreen
 from .screens.nodes import NodesScreen
 from .screens.preview import PreviewScreen
+from .screens.run import RunScreen
+from .screens.runs import RunsScreen
+
+if TYPE_CHECKING:
+    from ..core.run import Run
 
 DEMO_CLUSTER = "local"
 DEMO_RECIPE = "demo-1p1d"
@@ -38,24 +48,29 @@ LaunchHandler = Callable[[Assessment], Awaitable[None]]
 InventoryFetch = Callable[[Cluster, bool], Awaitable[tuple[list[Node], str]]]
 
 
-class ConsoleApp(App[int]):
+class ConsoleApp(RunControl, App[int]):
     TITLE = "atomdeck"
     CSS_PATH = "atomdeck.tcss"
     BINDINGS = bindings.APP
     MODES: ClassVar[dict[str, str | Callable[[], Screen]]] = {
-        "nodes": NodesScreen, "layout": LayoutScreen, "preview": PreviewScreen}
+        "nodes": NodesScreen, "layout": LayoutScreen, "preview": PreviewScreen, "run": RunScreen,
+        "runs": RunsScreen}
+    PULSE_S = 0.1  # the run views redraw at most this often, however fast events and lines arrive
 
     def __init__(self, recipe: str = DEMO_RECIPE, cluster: str = DEMO_CLUSTER, *, readonly: bool = False,
                  offline: bool = False, refresh_s: float | None = 10.0, ask: bool = False,
                  nodes: Iterable[str] = (), overrides: Iterable[str] = (), named_nodes: Iterable[str] = (),
                  clock: Callable[[], datetime] | None = None, keymap_file: Path | None = None,
                  launch_handler: LaunchHandler | None = None, fetch: InventoryFetch | None = None,
-                 theme: str | None = None) -> None:
-        """Loads the recipe and cluster now (errors reach the caller before the screen opens).
+                 theme: str | None = None, run_id: str | None = None) -> None:
+        """Loads the recipe and cluster (and the run to reattach to) now: errors reach the caller
+        before the screen opens.
 
         offline: never ask Slurm (node states from the cluster file); refresh_s: seconds between
         inventory refreshes (None: only on ctrl+r); ask: open on the Open screen; named_nodes:
-        plan on these node names when no inventory can be read; clock, fetch: for tests.
+        plan on these node names when no inventory can be read; run_id: open on this run (reattach
+        and watch); launch_handler: what a confirmed launch does (default: core's Run.launch, then
+        the run view); clock, fetch: for tests.
         """
         super().__init__()
         self.readonly = readonly
@@ -63,11 +78,12 @@ class ConsoleApp(App[int]):
         self.refresh_s = refresh_s
         self.clock = clock or datetime.now
         self.fetch: InventoryFetch = fetch or fetch_inventory
-        self.launch_handler: LaunchHandler | None = launch_handler
+        self.launch_handler: LaunchHandler | None = launch_handler or self.launch_run
         self.keymap_file = keymap_file
         self.keymap: dict[str, str] = {}
         self.named_nodes: list[str] = list(named_nodes)
-        self.views: list[tuple[str, str]] = [("nodes", "Nodes"), ("layout", "Layout"), ("preview", "Preview")]
+        self.views: list[tuple[str, str]] = [("nodes", "Nodes"), ("layout", "Layout"), ("preview", "Preview"),
+                                             ("run", "Run"), ("runs", "Runs")]
         self.version = 0
         self.inventory_at: datetime | None = None
         self._ask = ask
@@ -76,6 +92,12 @@ class ConsoleApp(App[int]):
         self.workspace: Workspace = load_workspace(recipe, cluster)
         self.design = Design(self.workspace.recipe, tuple(nodes), frozenset(overrides))
         self.assessment: Assessment = self.design.assess(self.workspace)
+        self._init_run_control()  # the attached run (one at a time): see run_control.py
+        self._initial_run: Run | None = None
+        if run_id:
+            from ..core.run import Run
+
+            self._initial_run = Run.open(run_id)
 
     # -- start-up ---------------------------------------------------------------------------
     def on_mount(self) -> None:
@@ -87,10 +109,20 @@ class ConsoleApp(App[int]):
             self.notify(p, title="keymap", severity="warning", timeout=8)
         self._load_theme()
         self.theme_changed_signal.subscribe(self, self._on_theme_changed)
-        self.switch_mode("nodes")
+        self.set_interval(self.PULSE_S, self._pulse)
+        if self._initial_run is not None:
+            run, self._initial_run = self._initial_run, None
+            self.attach(run, watch=run.state.status not in LiveRun.OVER)
+            self.switch_mode("run")
+        else:
+            self.switch_mode("nodes")
         if self._ask:
             self.action_open()
         self.refresh_inventory()
+
+    def now(self) -> float:
+        """Seconds since the epoch by the console's clock (frozen in tests and screenshots)."""
+        return self.clock().timestamp()
 
     def add_view(self, mode: str, title: str, screen: Callable[[], Screen] | str) -> None:
         """Add a view (e.g. the run engine's "run"); it gets the next number key's place in the bar."""
@@ -138,7 +170,7 @@ class ConsoleApp(App[int]):
         ws = self.workspace
         try:
             nodes, note = await self.fetch(ws.cluster, self.offline)
-        except Exception as e:  # noqa: BLE001 - a refresh must never take the console down
+        except Exception as e:  # a refresh must never take the console down
             nodes, note = ws.inventory, f"inventory refresh failed: {e}; showing the last nodes read"
         if ws is self.workspace:
             self._apply_inventory(nodes, note)
@@ -207,6 +239,8 @@ class ConsoleApp(App[int]):
         if self.readonly:
             self.notify("read-only console: launching is disabled", severity="warning")
             return
+        if not isinstance(self.screen, DesignScreen):
+            return  # launching starts from the design (3 Preview shows what will run)
         a = self.assessment
         if not a.ok:
             self.push_screen(MessageDialog("Launch blocked", _blocked_text(a)))
@@ -237,7 +271,9 @@ class ConsoleApp(App[int]):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "view":
             return bool(parameters) and parameters[0] in dict(self.views)
-        return not (action == "launch" and self.readonly)
+        if action == "launch":
+            return not self.readonly and isinstance(self.screen, DesignScreen)
+        return True
 
     # -- files: export the launch, save the recipe -------------------------------------------
     def action_export(self) -> None:
@@ -328,8 +364,11 @@ class ConsoleApp(App[int]):
                             lambda: self.set_design(self.design.auto_pick()))
         yield SystemCommand("Export launch script…", "the whole launch as a bash script", self.action_export)
         yield SystemCommand("Save recipe…", "write the edited recipe as YAML", self.action_save_recipe)
-        if not self.readonly:
+        if not self.readonly and isinstance(screen, DesignScreen):
             yield SystemCommand("Launch", "launch this deployment (asks first)", self.action_launch)
+        if not self.readonly and self.live is not None:
+            yield SystemCommand("Tear down the run…", f"stop every process of run {self.live.id} (asks first)",
+                                self.request_teardown)
 
     def _load_theme(self) -> None:
         name = self._theme_choice or _read_settings().get("theme")
@@ -388,9 +427,29 @@ def _write_settings(values: dict) -> None:
         pass  # remembering the theme is a convenience, never an error
 
 
+def _run_design(run_id: str) -> tuple[str | None, str | None]:
+    """`--run` without a recipe: design views show the run's recipe and cluster when they can be found."""
+    from ..core.errors import AtomdeckError
+    from ..core.paths import find_cluster, find_recipe
+    from ..core.run import Run
+
+    try:
+        meta = next((m for m in Run.list() if m.get("id") == run_id or str(m.get("id", "")).startswith(run_id)), {})
+        recipe, cluster = meta.get("recipe"), meta.get("cluster")
+        if recipe and cluster:
+            find_recipe(recipe)
+            find_cluster(cluster)
+            return recipe, cluster
+    except (AtomdeckError, OSError):
+        pass
+    return None, None
+
+
 def run_console(cluster: str | None = None, recipe: str | None = None, readonly: bool = False, **kw: Any) -> int:
     """`atomdeck` / `atomdeck tui`: the demo (local + demo-1p1d) unless told otherwise; a cluster
     without a recipe opens the Open screen on that cluster."""
+    if kw.get("run_id") and recipe is None and cluster is None:
+        recipe, cluster = _run_design(kw["run_id"])
     app = ConsoleApp(recipe or DEMO_RECIPE, cluster or DEMO_CLUSTER, readonly=readonly,
                      ask=cluster is not None and recipe is None, **kw)
     result = app.run()

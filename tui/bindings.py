@@ -23,7 +23,8 @@ APP = [
     _b("1", "view('nodes')", "Nodes", "view.nodes", show=False),
     _b("2", "view('layout')", "Layout", "view.layout", show=False),
     _b("3", "view('preview')", "Preview", "view.preview", show=False),
-    _b("4", "view('run')", "Run", "view.run", show=False),  # active once the run engine adds its view
+    _b("4", "view('run')", "Run", "view.run", show=False),
+    _b("5", "view('runs')", "Runs", "view.runs", show=False),
     _b("L,ctrl+l", "launch", "Launch", "launch", key_display="L"),
     _b("ctrl+o", "open", "Open", "open", show=False),
     _b("ctrl+r", "refresh_inventory", "Refresh nodes", "refresh", show=False),
@@ -67,14 +68,40 @@ DIALOG = [
     _b("n,escape", "no", "No", "dialog.no", key_display="n/esc"),
 ]
 
+# The run view: enter on a process (or a node of the barrier grid) opens its log.
+RUN = [
+    _b("l", "open_log", "Logs", "run.logs"),
+    _b("D,ctrl+d", "teardown", "Tear down", "teardown", key_display="D"),
+]
+
+LOGS = [
+    _b("slash", "search", "Search", "log.search", key_display="/"),
+    _b("n", "find(False)", "Next", "log.next"),
+    _b("N", "find(True)", "Previous", "log.previous"),
+    _b("end,f,F", "follow", "Follow", "log.follow", key_display="End/F"),
+    _b("w", "wrap", "Wrap", "log.wrap"),
+    _b("s", "save", "Save", "log.save"),
+    _b("escape", "close", "Back", "log.close", key_display="esc"),
+]
+
+RUNS = [
+    _b("o", "open_run", "Open", "runs.open"),
+    _b("r", "reload", "Reload", "runs.reload"),
+    _b("D,ctrl+d", "teardown", "Tear down", "teardown", key_display="D"),
+]
+
+TEARDOWN = [
+    _b("escape,enter", "close", "Close", "teardown.close", key_display="esc"),
+]
+
 HELP = [
     _b("escape,question_mark,q", "close", "Close", "help.close", key_display="esc"),
 ]
 
-# Where each group applies, for the help screen. The run engine (part 2) adds its own.
+# Where each group applies, for the help screen.
 SCOPES: dict[str, list[Binding]] = {
-    "Everywhere": APP, "Nodes": NODES, "Layout": LAYOUT, "Preview": PREVIEW,
-    "Open": START, "Dialogs": DIALOG, "Help": HELP,
+    "Everywhere": APP, "Nodes": NODES, "Layout": LAYOUT, "Preview": PREVIEW, "Run": RUN, "Logs": LOGS,
+    "Runs": RUNS, "Teardown": TEARDOWN, "Open": START, "Dialogs": DIALOG, "Help": HELP,
 }
 
 

@@ -69,3 +69,20 @@ def kv_transfer_config(argv: list[str]) -> dict | None:
                 return None
             return data if isinstance(data, dict) else None
     return None
+
+
+def ago(seconds: float | None) -> str:
+    """12s, 3m04s, 2h05m: how long something has been in its state."""
+    if seconds is None:
+        return ""
+    s = int(max(0.0, seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
+
+
+def words(stage: str) -> str:
+    """A stage or state as words: 'kv_registered' -> 'kv registered'."""
+    return stage.replace("_", " ")

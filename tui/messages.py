@@ -35,3 +35,13 @@ class InventoryUpdated(Message):
 
     changed: bool
     note: str
+
+
+@dataclass
+class RunUpdated(Message):
+    """The attached run's state or logs changed since the last pulse (at most ten a second)."""
+
+    version: int
+
+    def can_replace(self, message: Message) -> bool:
+        return isinstance(message, RunUpdated)

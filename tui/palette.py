@@ -19,3 +19,21 @@ def role_color(app: App, role: str) -> str:
 
 def severity_color(app: App, severity: str) -> str:
     return app.theme_variables.get(SEVERITY_VARS.get(severity, ""), "")
+
+# Run view: barrier cells, run status, process liveness.
+CELL_STYLE = {"open": ("●", "text-success"), "waiting": ("○", "text-muted"), "refused": ("○", "text-muted"),
+              "timeout": ("◐", "text-warning"), "closed": ("×", "text-error")}
+STATUS_VARS = {"launching": "text-accent", "starting": "text-accent", "serving": "text-success",
+               "failed": "text-error", "stopping": "text-warning", "stopped": "text-muted", "dirty": "text-error"}
+STATUS_BG = {"launching": "accent", "starting": "accent", "serving": "success", "failed": "error",
+             "stopping": "warning", "stopped": "panel", "dirty": "error"}
+
+
+def var_color(app: App, var: str, fallback: str = "") -> str:
+    """A theme variable as a colour Rich can parse (8-digit hex loses its alpha; 'auto' falls back)."""
+    value = app.theme_variables.get(var, "") or fallback
+    if value.startswith("#") and len(value) == 9:
+        value = value[:7]
+    if value.startswith("auto") or " " in value:
+        return fallback
+    return value

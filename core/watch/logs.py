@@ -62,9 +62,23 @@ HIGHLIGHT = re.compile(
     r"is not a prefill|panicked|died unexpectedly|Staging pool exhausted|out of memory")
 
 
+_ANY_WORKER = re.compile("|".join(f"(?:{rx.pattern})" for rx, _, _ in WORKER_PATTERNS
+                                   if not rx.flags & re.IGNORECASE))
+_ANY_WORKER_CI = re.compile("|".join(f"(?:{rx.pattern})" for rx, _, _ in WORKER_PATTERNS if rx.flags & re.IGNORECASE),
+                            re.IGNORECASE)
+_ANY_ROUTER = re.compile("|".join(f"(?:{rx.pattern})" for rx, _, _ in ROUTER_PATTERNS))
+
+
 def classify(line: str, role: str) -> LineMatch | None:
-    """What a log line of a process in `role` tells, if anything."""
-    patterns = ROUTER_PATTERNS if role == "router" else WORKER_PATTERNS
+    """What a log line of a process in `role` tells, if anything. A combined search comes first: most
+    lines (and every line of a log flood) say nothing, and then that costs one or two regex passes."""
+    router = role == "router"
+    if router:
+        if not _ANY_ROUTER.search(line):
+            return None
+    elif not _ANY_WORKER.search(line) and not _ANY_WORKER_CI.search(line):
+        return None
+    patterns = ROUTER_PATTERNS if router else WORKER_PATTERNS
     for rx, kind, value in patterns:
         if rx.search(line):
             return LineMatch(kind, value, line)

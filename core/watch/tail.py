@@ -67,6 +67,7 @@ async def follow(path: str, offset: int = 0, interval: float = 0.05,
                 line_start += used
                 yield line_start, decode(raw)
             idle = interval
+            await asyncio.sleep(0)  # a file that never stops growing must not starve the event loop
             continue
         await asyncio.sleep(idle)
         idle = min(idle * 1.5, 0.25)

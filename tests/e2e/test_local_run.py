@@ -156,3 +156,27 @@ def test_cli_up_wait_status_logs_down():
     assert "Router ready" in logs.stdout
     assert _atomdeck("down", run_id).returncode == 0
     assert "stopped" in _atomdeck("runs").stdout
+
+
+def test_a_watching_session_records_a_teardown_done_elsewhere_as_stopped(runs):
+    """A console watching while `atomdeck down` runs in another process must not call it a crash."""
+    ws = workspace()
+
+    async def go():
+        run = await Run.launch(ws, ws.assess())
+        runs.append(run)
+        s = await run.watch(until=lambda s: s.status in ("serving", "failed"), timeout=30)
+        assert s.status == "serving"
+        watcher = asyncio.create_task(run.watch(until=lambda s: all(p.alive is False for p in s.procs.values()),
+                                                timeout=20))
+        down = await asyncio.create_subprocess_exec(sys.executable, "-m", "atomdeck.core.cli", "down", run.id,
+                                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        assert await down.wait() == 0
+        return run, await watcher
+
+    run, state = asyncio.run(go())
+    assert {p.stage for p in state.procs.values()} == {"stopped"}, {n: p.stage for n, p in state.procs.items()}
+    assert state.status != "failed"
+    lines = list(state.procs["decode-0"].last_lines)
+    assert len(lines) == len(set(lines)) or lines[-10:] != lines[-20:-10]  # no block of lines repeated
+    assert Run.open(run.id).state.status == "stopped"

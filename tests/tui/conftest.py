@@ -14,6 +14,26 @@ SIZE = (140, 45)
 
 
 @pytest.fixture(autouse=True)
+def _no_run_left_behind(_isolated_state):
+    """Whatever a console test launched is torn down afterwards, and checked gone by PID."""
+    yield
+    import asyncio
+
+    from atomdeck.core.launch.local import group_members
+    from atomdeck.core.run import Run
+
+    left = []
+    for meta in Run.list():
+        if meta.get("fake"):
+            continue
+        run = Run.open(meta["id"])
+        if any(p.alive is not False for p in run.state.procs.values()) or meta.get("status") != "stopped":
+            asyncio.run(run.teardown(grace=2))
+        left += [f"{h.name} ({h.pid})" for h in run.handles.values() if h.pid and group_members(h.pid)]
+    assert not left, f"processes left behind: {left}"
+
+
+@pytest.fixture(autouse=True)
 def _stable_env(monkeypatch):
     """Container names carry $USER and the simulator env carries the speed: pin both."""
     monkeypatch.setenv("USER", "operator")

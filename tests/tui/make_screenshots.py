@@ -3,13 +3,15 @@
     .venv/bin/python tests/tui/make_screenshots.py            # all, into screenshots/
     .venv/bin/python tests/tui/make_screenshots.py OUT nodes  # some, elsewhere
 
-The mia1 shot plans offline by node name: it never contacts the cluster.
+The mia1 shot plans offline by node name: it never contacts the cluster. The run shots (16-) show
+deterministic runs (fakerun.py: real run directories and core state, fixed times, nothing started).
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import sys
 import tempfile
 from collections.abc import Awaitable, Callable
@@ -63,6 +65,111 @@ async def _layout_errors(pilot) -> None:
     await _type(pilot, "f-ports-router", "99999")
 
 
+def _fake(scenario: str, recipe: str = "demo-1p1d"):
+    try:
+        from .fakerun import fake_run
+    except ImportError:  # run as a script
+        from fakerun import fake_run  # type: ignore[no-redef]
+    return fake_run(scenario, recipe)
+
+
+def _run(scenario: str, then: Step | None = None) -> Step:
+    async def step(pilot) -> None:
+        app = pilot.app
+        run = _fake(scenario)
+        app.attach(run, watch=False)
+        app.live.watching = True  # as it would be: these runs are made up, a real one is watched
+        app.switch_mode("run")
+        await pilot.pause()
+        if then is not None:
+            await then(pilot)
+        await pilot.pause(0.3)
+    return step
+
+
+def _feed(app, name: str, lines: list[str]) -> None:
+    for fn in list(app.live.run.line_listeners):
+        for line in lines:
+            fn(name, line)
+
+
+def _status_line(i: int) -> str:
+    return (f"[atom 11:59:{i // 20 % 60:02d}] Engine Core: running=4 reqs, waiting=0 reqs, KV cache usage="
+            f"{(i * 7) % 60 + 5}.0%, prefix cache hit rate=0.0%, prompt throughput={(i * 37) % 900}.0 tokens/s, "
+            f"generation throughput={(i * 13) % 400}.0 tokens/s (status #{i})")
+
+
+async def _open_log(pilot) -> None:
+    """decode-0's log under load: a search for a known fatal line, paused, new lines counted."""
+    app = pilot.app
+    await pilot.press("down", "enter")
+    await pilot.pause(0.2)
+    lines = [_status_line(i) for i in range(1, 301)]
+    lines[212] = ("[atom 11:59:10] [CONSUMER] Timed out waiting for write-done for req 17 (transfer_id=17) "
+                  "after 30.0s; returning HTTP 500")
+    lines[250] = "INFO:     127.0.0.1:51314 - \"POST /v1/completions HTTP/1.1\" 500 Internal Server Error"
+    _feed(app, "decode-0", lines)
+    await pilot.pause(0.3)
+    await pilot.press("slash", *"timed out", "enter")
+    _feed(app, "decode-0", [_status_line(i) for i in range(301, 358)])
+    await pilot.pause(0.3)
+
+
+def _teardown(finished: bool) -> Step:
+    async def then(pilot) -> None:
+        from atomdeck.core.events import Event
+        from atomdeck.core.launch.base import StopReport
+        from atomdeck.core.run import TeardownReport
+        from atomdeck.tui.screens.teardown import TeardownScreen
+
+        app = pilot.app
+        live = app.live
+        run = live.run
+        live.watching = False  # the console stops watching before it tears down
+        live.begin_teardown()
+        t = CLOCK.timestamp()
+        names = list(run.handles)
+        for i, name in enumerate(names):
+            h = run.handles[name]
+            run.emit(Event("run", value="stopping", detail="grace 10s", t=t))
+            run.emit(Event("teardown", name, "stopping", f"on {h.node}", t=t))
+            if finished or i == 0:
+                run.emit(Event("teardown", name, "gone", f"SIGTERM, gone in 0.{i + 1}s", t=t + 0.1))
+                run.emit(Event("proc.exit", name, "stopped", f"SIGTERM, gone in 0.{i + 1}s", t=t + 0.1))
+                for key, c in run.state.cells.items():  # its ports close (the watcher sees it)
+                    if c.owner == name:
+                        run.emit(Event("cell", key, "refused", t=t + 0.2))
+        if finished:
+            run.emit(Event("run", value="stopped", detail="verified clean", t=t + 0.3))
+            live.report = TeardownReport(True, [StopReport(n, run.handles[n].node, True, "SIGTERM") for n in names])
+            live.teardown_running = False
+        app.push_screen(TeardownScreen(live))
+    return _run("serving", then)
+
+
+async def _runs(pilot) -> None:
+    _fake("crashed")
+    _fake("hung", "demo-2p1d")
+    await pilot.press("5")
+
+
+async def _preflight(pilot) -> None:
+    from atomdeck.core.findings import Finding
+    from atomdeck.tui.run_control import _preflight_text
+    from atomdeck.tui.screens.dialogs import MessageDialog
+
+    findings = [
+        Finding("preflight-gpu-busy", "error", "GPU memory in use on 3 of 8 GPUs (87%, 91%, 64%): another job "
+                "is still on this node", "nodes", "pick another node, or free the GPUs", node="mia1-p01-g02"),
+        Finding("preflight-model", "error", "model path /it-share/data/DeepSeek-V4-Pro does not exist on this "
+                "node", "model.path", "copy the model there or fix model_dirs", node="mia1-p01-g03"),
+        Finding("preflight-port", "error", "port 8010 is already listening", "ports.prefill_http",
+                "stop what holds it (an earlier run? 5 Runs) or change the port", node="mia1-p01-g01")]
+    pilot.app.switch_mode("run")
+    await pilot.pause()
+    pilot.app.push_screen(MessageDialog("Pre-flight failed: nothing was launched", _preflight_text(findings)))
+
+
 def _keys(*keys: str) -> Step:
     async def step(pilot) -> None:
         await pilot.press(*keys)
@@ -86,6 +193,16 @@ SHOTS: dict[str, tuple[dict, tuple[int, int], Step]] = {
     "13-layout-100x30": ({"recipe": "demo-2p1d"}, SMALL, _keys("2")),
     "14-preview-100x30": ({}, SMALL, _keys("3")),
     "15-layout-light-theme": ({"recipe": "demo-2p1d", "theme": "textual-light"}, BIG, _keys("2")),
+    "16-run-serving": ({}, BIG, _run("serving")),
+    "17-run-hung-barrier": ({}, BIG, _run("hung")),
+    "18-run-crashed-worker": ({}, BIG, _run("crashed")),
+    "19-log-view": ({}, BIG, _run("serving", _open_log)),
+    "20-teardown-in-progress": ({}, BIG, _teardown(finished=False)),
+    "21-teardown-finished": ({}, BIG, _teardown(finished=True)),
+    "22-runs": ({}, BIG, _run("serving", _runs)),
+    "23-run-hung-100x30": ({}, SMALL, _run("hung")),
+    "24-preflight-failed": ({"recipe": "dsv4-fp4-mi355x-2p1d-dpa", "cluster": "mia1", "offline": True,
+                             "named_nodes": MIA1, "fetch": _offline}, BIG, _preflight),
 }
 
 
@@ -116,20 +233,25 @@ def to_png(svg: Path) -> Path:
 def main(out: Path = ROOT / "screenshots", names: list[str] | None = None, png: bool = True) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
-    saved = os.environ.get("XDG_CONFIG_HOME")
+    saved = {k: os.environ.get(k) for k in ("XDG_CONFIG_HOME", "XDG_STATE_HOME")}
+    state = Path(tempfile.gettempdir()) / "atomdeck-screenshots"  # a stable path: it shows in the log view
     with tempfile.TemporaryDirectory() as cfg:
         os.environ["XDG_CONFIG_HOME"] = cfg  # the user's keymap and theme stay out of the pictures
         try:
             for name in names or list(SHOTS):
+                shutil.rmtree(state, ignore_errors=True)
+                os.environ["XDG_STATE_HOME"] = str(state)  # the shown runs, and only those
                 svg = asyncio.run(shoot(name, out))
                 written.append(svg)
                 if png:
                     written.append(to_png(svg))
         finally:
-            if saved is None:
-                os.environ.pop("XDG_CONFIG_HOME", None)
-            else:
-                os.environ["XDG_CONFIG_HOME"] = saved
+            shutil.rmtree(state, ignore_errors=True)
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
     return written
 
 

@@ -47,12 +47,15 @@ async def test_launch_asks_then_hands_the_assessment_to_the_handler():
         assert [m.assessment for m in msgs if isinstance(m, LaunchRequested)] == [app.assessment]
 
 
-async def test_without_a_run_engine_launch_says_so_and_starts_nothing():
+async def test_the_default_launch_handler_is_the_run_engine():
+    """Without a handler given, a confirmed launch goes to core's Run.launch (tests/tui/test_run_*.py
+    drive it for real); here nothing is launched."""
     app = make_app()
+    assert app.launch_handler == app.launch_run
     async with app.run_test(size=SIZE) as pilot:
         await ready(pilot)
-        await pilot.press("L", "y")
-        assert any("launching is wired in by the run engine" in n.message for n in app._notifications)
+        await pilot.press("L", "n")
+        assert app.live is None
 
 
 async def test_readonly_hides_launch():
@@ -263,36 +266,32 @@ def test_importing_the_console_stays_light():
     assert out.stdout.strip() == "[]"
 
 
-async def test_the_run_engine_can_add_its_view():
-    """Part 2 plugs in a run view next to the design views (key 4) and a launch handler."""
-    from atomdeck.tui.screens.base import DesignScreen
-    from atomdeck.tui.widgets.context_bar import ContextBar
-    from textual.widgets import Footer, Static
+async def test_the_run_views_sit_next_to_the_design_views():
+    """4 Run and 5 Runs are always there; a launch handler given by the caller replaces Run.launch."""
+    from atomdeck.tui.screens.run import RunScreen
+    from atomdeck.tui.screens.runs import RunsScreen
 
-    class RunScreen(DesignScreen):
-        VIEW = "run"
-
-        def compose(self):
-            yield ContextBar()
-            yield Static("run view", id="run-body")
-            yield Footer()
+    got = []
 
     async def handler(assessment):
+        got.append(assessment)
         app.action_view("run")
 
     app = make_app(launch_handler=handler)
     async with app.run_test(size=SIZE) as pilot:
         await ready(pilot)
         await pilot.press("4")
-        assert isinstance(app.screen, NodesScreen)  # no run view yet: the key does nothing
-        app.add_view("run", "Run", RunScreen)
-        await pilot.press("L", "y")
+        assert isinstance(app.screen, RunScreen)
+        assert "No run attached" in str(app.screen.query_one("#run-empty").render())
+        assert "4 Run" in str(app.screen.query_one("#tabs").render())
+        await pilot.press("5")
+        assert isinstance(app.screen, RunsScreen)
+        await pilot.press("L")  # launching starts from the design views only
+        assert isinstance(app.screen, RunsScreen)
+        await pilot.press("3", "L", "y")
         await app.workers.wait_for_complete()
         await pilot.pause()
-        assert isinstance(app.screen, RunScreen)
-        assert "4 Run" in str(app.screen.query_one("#tabs").render())
-        await pilot.press("1", "4")
-        assert isinstance(app.screen, RunScreen)
+        assert got == [app.assessment] and isinstance(app.screen, RunScreen)
 
 
 def test_atomdeck_without_arguments_opens_the_demo(monkeypatch):

@@ -152,7 +152,9 @@ async def test_export_script_is_written_executable_and_overwrite_asks():
         assert path.is_file() and stat.S_IMODE(path.stat().st_mode) == 0o755
         text = path.read_text()
         expected = export_script(app.assessment)
-        drop = lambda t: [l for l in t.splitlines() if not l.startswith("# generated")]
+        def drop(t: str) -> list[str]:
+            return [line for line in t.splitlines() if not line.startswith("# generated")]
+
         assert drop(text) == drop(expected)
         check = await asyncio.create_subprocess_exec("bash", "-n", str(path))
         assert await check.wait() == 0

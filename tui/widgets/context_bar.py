@@ -21,13 +21,23 @@ class ContextBar(Horizontal):
         yield Static("", id="tabs")
         yield Static("", id="context")
 
-    def show(self, views: list[tuple[str, str]], current: str, assessment: Assessment | None,
-             recipe: str, cluster: str, readonly: bool, edited: bool = False) -> None:
+    def show_tabs(self, views: list[tuple[str, str]], current: str) -> None:
         tabs = []
         for i, (mode, title) in enumerate(views, 1):
             style = "reverse bold $accent" if mode == current else "$text-muted"
             tabs.append(f"[@click=app.view('{mode}')][{style}] {i} {title} [/][/]")
         self.query_one("#tabs", Static).update(" ".join(tabs))
+
+    def show_run(self, views: list[tuple[str, str]], current: str, context: str, readonly: bool) -> None:
+        """The run views' bar: the same tabs, then `context` (markup, already escaped)."""
+        self.show_tabs(views, current)
+        if readonly:
+            context += " · [reverse $text-warning] READ-ONLY [/]"
+        self.query_one("#context", Static).update(context)
+
+    def show(self, views: list[tuple[str, str]], current: str, assessment: Assessment | None,
+             recipe: str, cluster: str, readonly: bool, edited: bool = False) -> None:
+        self.show_tabs(views, current)
         ctx = f"[b]{escape(recipe)}[/b]" + (" [$text-warning](edited)[/]" if edited else "")
         ctx += f" on [b]{escape(cluster)}[/b]"
         if assessment is not None:

@@ -1,0 +1,130 @@
+"""The real `atomdeck` command in a real terminal (tmux): open, launch from the preview, watch it
+serve, tear it down with one key, verified clean; then quit with a run left running, which says
+how to stop it, and stop it with `atomdeck down`.
+
+Each test starts its own tmux server (-L with a unique socket) and kills only that server.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from atomdeck.core.run import Run
+
+from tests.tui.runhelpers import alive, gone
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180),
+              pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")]
+
+ATOMDECK = Path(sys.executable).parent / "atomdeck"
+
+
+class Tmux:
+    def __init__(self, tmp: Path):
+        self.sock = f"atomdeck-test-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self.tmp = tmp
+
+    def __call__(self, *args: str, check: bool = True) -> str:
+        # pytest sets COLUMNS/LINES, which Textual would believe over the terminal's real size
+        env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+        out = subprocess.run(["tmux", "-L", self.sock, *args], capture_output=True, text=True, timeout=20, env=env)
+        if check and out.returncode != 0:
+            raise AssertionError(f"tmux {' '.join(args)}: {out.stderr}")
+        return out.stdout
+
+    def start(self, command: str) -> None:
+        env = (f"env -u COLUMNS -u LINES TERM=xterm-256color ATOMDECK_SIM_SPEED=20 XDG_STATE_HOME={os.environ['XDG_STATE_HOME']} "
+               f"XDG_CONFIG_HOME={os.environ['XDG_CONFIG_HOME']}")
+        self("new-session", "-d", "-s", "s", "-x", "160", "-y", "50", "-c", str(self.tmp), f"{env} {command}")
+        self("set-option", "-t", "s", "remain-on-exit", "on")
+        self("set-option", "-s", "escape-time", "0")  # Escape then a key must not become Alt+key
+
+    def screen(self) -> str:
+        return self("capture-pane", "-p", "-t", "s")
+
+    def keys(self, *keys: str) -> None:
+        for k in keys:
+            self("send-keys", "-t", "s", k)
+            time.sleep(0.15)
+
+    def wait_for(self, text: str, timeout: float = 30.0) -> str:
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < timeout:
+            shown = self.screen()
+            if text in shown:
+                return shown
+            time.sleep(0.1)
+        raise AssertionError(f"'{text}' never appeared; the screen was:\n{self.screen()}")
+
+    def exited(self) -> bool:
+        return self("display-message", "-p", "-t", "s", "#{pane_dead}").strip() == "1"
+
+    def kill(self) -> None:
+        self("kill-server", check=False)
+        socket = Path(f"/tmp/tmux-{os.getuid()}") / self.sock  # (or $TMUX_TMPDIR); tidy, not required
+        socket.unlink(missing_ok=True)
+
+
+@pytest.fixture
+def tmux(tmp_path):
+    t = Tmux(tmp_path)
+    yield t
+    t.kill()
+    for meta in Run.list():  # whatever happened, nothing may be left running
+        run = Run.open(meta["id"])
+        if alive(run):
+            subprocess.run([str(ATOMDECK), "down", run.id], capture_output=True, timeout=60)
+        assert gone(run) == [], f"run {run.id} left {gone(run)}"
+
+
+def test_launch_watch_teardown_in_a_real_terminal(tmux):
+    tmux.start(str(ATOMDECK))
+    tmux.wait_for("1 Nodes")
+    tmux.wait_for("demo-n01")
+    tmux.keys("3")
+    tmux.wait_for("processes on 2 nodes")
+    tmux.keys("L")
+    tmux.wait_for("Launch this deployment?")
+    tmux.keys("y")
+    shown = tmux.wait_for("SERVING")
+    assert "1/1P 1/1D router serving" in shown
+    assert "Barrier" in shown and "Router" in shown and "KV handshake" in shown
+    (run,) = [Run.open(m["id"]) for m in Run.list()]
+    assert sorted(alive(run)) == ["decode-0", "prefill-0", "router"]
+    tmux.keys("D")
+    shown = tmux.wait_for("Tear down run")
+    assert "Cancel (n)" in shown and "demo-n02" in shown
+    tmux.keys("y")
+    shown = tmux.wait_for("verified clean")
+    assert shown.count("gone") >= 3
+    assert gone(run) == []
+    tmux.keys("Escape")
+    tmux.wait_for("STOPPED")
+    tmux.keys("q")
+    t0 = time.monotonic()
+    while not tmux.exited() and time.monotonic() - t0 < 10:
+        time.sleep(0.1)
+    assert tmux.exited()
+    assert "still running" not in tmux.screen()  # nothing was left to say
+
+
+def test_quit_leaves_the_run_running_and_says_how_to_stop_it(tmux):
+    tmux.start(str(ATOMDECK))
+    tmux.wait_for("demo-n01")
+    tmux.keys("3", "L", "y")
+    tmux.wait_for("SERVING")
+    (run,) = [Run.open(m["id"]) for m in Run.list()]
+    tmux.keys("q")
+    shown = tmux.wait_for(f"atomdeck down {run.id}", timeout=10)
+    assert "still running" in shown and f"atomdeck tui --run {run.id}" in shown
+    assert sorted(alive(run)) == ["decode-0", "prefill-0", "router"]  # the console is gone, the run is not
+    down = subprocess.run([str(ATOMDECK), "down", run.id], capture_output=True, text=True, timeout=60)
+    assert down.returncode == 0 and "verified clean" in down.stdout
+    assert gone(run) == []

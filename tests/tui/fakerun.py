@@ -1,0 +1,184 @@
+"""Deterministic runs for looks (snapshots, screenshots) and log-view tests: a real core Run object
+over a real run directory, its state built from events with fixed times, its logs written from the
+simulator's own lines. Nothing is started; `attach(run, watch=False)` shows it."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from atomdeck.core.events import Event, new_state
+from atomdeck.core.launch.base import ProcHandle
+from atomdeck.core.run import Run, redacted_yaml
+from atomdeck.core.rundir import RunDir
+from atomdeck.core.session import load_workspace
+
+LAUNCHED = datetime(2025, 1, 1, 11, 58, 45)  # 75 s before the tests' frozen clock (12:00:00)
+PIDS = {"prefill-0": 41210, "prefill-1": 41211, "decode-0": 41212, "router": 41213}
+
+ATOM_START = """[atom 11:58:45] Loading tokenizer from atomdeck/demo-tiny-8b...
+[atom 11:58:45] Initializing engine with model atomdeck/demo-tiny-8b...
+[atom 11:58:45] Mooncake TransferEngine loaded successfully
+[atom 11:58:45] KV transfer config loaded: {'kv_role': 'KVROLE', 'kv_connector': 'mooncake', 'proxy_ip': 'IP', 'handshake_port': 6301, 'protocol': 'tcp'}
+[atom 11:58:45] Engine Core Mgr: Creating EngineCore for DP rank 0/1
+[atom 11:58:45] Mooncake TCP selected; RDMA device selection is disabled
+W0101 11:58:45.681725  3433 transfer_engine_py.cpp:120] Using default malloc/free for protocol: tcp
+I0101 11:58:45.681830  3433 transfer_engine_impl.cpp:183] Transfer Engine RPC using P2P handshake, listening on IP:15831
+W0101 11:58:45.681928  3433 topology.cpp:201] No RDMA devices found, check your device installation
+E0101 11:58:45.681969  3433 transfer_metadata.cpp:1098] Local segment descriptor not found
+[atom 11:58:46] Mooncake TransferEngine initialized: ip=IP, protocol=tcp, ib_device=, rpc_port=15831
+[atom 11:58:46] Registering 8 RDMA chunks (8 block regions, 0 slot regions, max_chunk=2.00 GiB)
+[atom 11:58:46] batch_register_memory OK (8 chunks)
+[atom 11:58:46] Mooncake KV registration complete: role=ROLE, engine_id=IP:15831, is_v4=False, num_blocks=1024, block_regions=8, slot_regions=0"""
+
+ATOM_READY = """[atom 11:58:46] Engine Core: cudagraph capture[1, 2, 4, 8, 16, 24, 32, 64, 128, 256] cost: 0.05 seconds
+[atom 11:58:46] Engine Core: load model runner success
+[atom 11:58:46] Engine Core: EngineCore fully initialized and ready"""
+
+ATOM_SERVING = """[atom 11:58:46] Starting server on 0.0.0.0:PORT
+INFO:     Started server process [4121]
+INFO:     Uvicorn running on http://0.0.0.0:PORT (Press CTRL+C to quit)
+[atom 11:58:46] Server started successfully and ready to accept requests
+INFO:     127.0.0.1:44736 - "GET /health HTTP/1.1" 200 OK
+INFO:     127.0.0.1:44746 - "GET /kv_transfer_info HTTP/1.1" 200 OK"""
+
+CRASH = """Traceback (most recent call last):
+  File "/usr/local/lib/python3.12/dist-packages/atom/entrypoints/openai/api_server.py", line 101, in main
+    engine = engine_args.create_engine(tokenizer=tokenizer)
+  File "/usr/local/lib/python3.12/dist-packages/atom/model_engine/model_runner.py", line 175, in capture_cudagraph
+    graph.capture_end()
+torch.OutOfMemoryError: HIP out of memory during cudagraph capture. Tried to allocate 1.50 GiB."""
+
+ROUTER = """Atomesh starting...
+Host: 0.0.0.0:30000
+Mode: PD Disaggregated
+Policy: random
+2025-01-01 11:58:45  INFO mesh::server: Starting router on 0.0.0.0:30000 | mode: PrefillDecode
+2025-01-01 11:58:45  INFO mesh::server: Worker initialization job submitted (will complete in background)
+2025-01-01 11:58:45  WARN mesh::core::steps::worker::local::detect_connection: Health check failed for http://127.0.0.12:8020 (attempt 1): tcp connect error: Connection refused (os error 111); retrying in 0.5s"""
+
+ROUTER_READY = """2025-01-01 11:58:46  INFO mesh::server: All 2 expected worker endpoint(s) registered as 2 worker(s) (took 503.56ms)
+2025-01-01 11:58:46  INFO mesh::server: Router ready | workers: ["http://127.0.0.11:8010", "http://127.0.0.12:8020"]
+2025-01-01 11:58:46  INFO mesh::server: Starting server on 0.0.0.0:30000"""
+
+
+def _worker_log(spec, lines: str) -> list[str]:
+    role = "kv_producer" if spec.role == "prefill" else "kv_consumer"
+    word = "PRODUCER" if spec.role == "prefill" else "CONSUMER"
+    port = str(spec.ports[0]) if spec.ports else "8000"
+    return (lines.replace("KVROLE", role).replace("ROLE", word).replace("IP", spec.host)
+            .replace("PORT", port).splitlines())
+
+
+def fake_run(scenario: str = "serving", recipe: str = "demo-1p1d", run_id: str | None = None) -> Run:
+    """scenario: serving | hung (decode never binds) | crashed (decode exits 3 while loading) |
+    starting (halfway up)."""
+    ws = load_workspace(recipe, "local")
+    ws.inventory = ws.cluster.static_inventory()
+    a = ws.assess()
+    plan = a.plan
+    run_id = run_id or f"20250101-115845-{recipe}-{ {'serving': 'a1b2', 'hung': 'c3d4', 'crashed': 'e5f6'}.get(scenario, '0000')}"
+    T0 = LAUNCHED.timestamp()  # local time, like the app's clock
+    rd = RunDir.create(run_id)
+    meta = RunDir.initial_meta(run_id, recipe, "local", "local")
+    meta["created"] = T0
+    meta["fake"] = True  # nothing runs: tests' cleanup must not try to stop its made-up PIDs
+    meta["status"] = {"serving": "serving", "crashed": "failed"}.get(scenario, "starting")
+    meta["diagnosis"] = {"serving": "serving: 1/1P 1/1D router serving; smoke 8 tokens",
+                         "crashed": "decode-0 on demo-n02 exited 3; last: torch.OutOfMemoryError: HIP out of memory "
+                                    "during cudagraph capture. Tried to allocate 1.50 GiB."}.get(scenario, "")
+    meta["console_host"], meta["console_pid"] = "login01", 4242
+    rd.write_json("run.json", meta)
+    rd.write_text("recipe.yaml", redacted_yaml(plan.recipe.model_dump(mode="json", exclude_defaults=True)))
+    rd.write_text("cluster.yaml", redacted_yaml(plan.cluster.model_dump(mode="json")))
+    sel = plan.selection
+    rd.write_json("selection.json", {"prefill": sel.prefill, "decode": sel.decode, "workers": sel.workers,
+                                     "router": sel.router, "overrides": []})
+    rd.write_json("inventory.json", [{"name": n.name, "addr": n.addr, "states": n.states, "gpus": n.gpus,
+                                      "partitions": n.partitions, "reason": n.reason} for n in plan.nodes])
+    cells = [{"node": c.node, "host": c.host, "port": c.port, "role": c.role, "kind": c.kind, "owner": c.owner}
+             for c in plan.barrier]
+    pairs = [(p.name, d.name) for p in plan.role_endpoints("prefill") for d in plan.role_endpoints("decode")]
+    state = new_state(run_id, [(p.name, p.role, p.node) for p in a.processes], cells, pairs)
+    run = Run(rd, plan.recipe, plan.cluster, plan, a.processes, None, state)  # type: ignore[arg-type]
+    logs: dict[str, list[str]] = {}
+
+    def at(dt: float, kind: str, name: str = "", value: str = "", detail: str = "", **data) -> None:
+        run.emit(Event(kind, name, value, detail, data, T0 + dt))
+
+    at(0.0, "run", value="launching", detail=f"{plan.shape} on local")
+    for i, p in enumerate(a.processes):
+        pid = PIDS.get(p.name, 41220 + i)
+        h = ProcHandle(p.name, p.node, p.host, "local", pid=pid, log_path=str(rd.log_path(p.name)),
+                       exit_path=str(rd.path / "logs" / f"{p.name}.exit"))
+        run.handles[p.name] = h
+        rd.save_handle(h)
+        at(0.05, "proc.started", p.name, detail=f"pid {pid} on {p.node}", pid=pid, node=p.node)
+    at(0.06, "run", value="starting", detail=f"{len(a.processes)} processes started")
+    for c in plan.barrier:
+        at(0.07, "cell", f"{c.node}:{c.port}", "refused")
+    workers = [p for p in a.processes if p.role != "router"]
+    broken = "decode-0" if scenario in ("hung", "crashed") else None
+    for i, p in enumerate(workers):
+        at(0.2 + 0.05 * i, "proc.stage", p.name, "loading")
+        logs[p.name] = _worker_log(p, ATOM_START)
+        if scenario == "starting" and p.role == "decode":
+            logs[p.name] = logs[p.name][:6]
+            continue
+        if p.name == broken and scenario == "crashed":
+            logs[p.name] = logs[p.name][:-3] + CRASH.splitlines()
+            continue
+        at(0.5 + 0.05 * i, "proc.stage", p.name, "kv_registered")
+        for c in plan.barrier:
+            if c.owner == p.name and c.kind == "handshake":
+                at(0.52 + 0.05 * i, "cell", f"{c.node}:{c.port}", "open")
+        logs[p.name] += _worker_log(p, ATOM_READY)
+        if p.name == broken:
+            continue  # hung: everything up to "fully initialized", then never binds
+        logs[p.name] += _worker_log(p, ATOM_SERVING)
+        for c in plan.barrier:
+            if c.owner == p.name and c.kind == "http":
+                at(0.8 + 0.05 * i, "cell", f"{c.node}:{c.port}", "open")
+        at(0.85 + 0.05 * i, "proc.stage", p.name, "http_up", "GET /health 200")
+        want = "kv_producer" if p.role == "prefill" else "kv_consumer"
+        if p.role in ("prefill", "decode"):
+            at(0.9, "check", f"kv_role:{p.name}", "ok", f"kv_role={want}")
+    at(0.3, "proc.stage", "router", "starting")
+    at(0.31, "proc.stage", "router", "waiting_workers")
+    logs["router"] = ROUTER.splitlines()
+    if scenario == "crashed":
+        p = run.state.procs["decode-0"]
+        at(0.74, "proc.error", "decode-0", "exception", "Traceback (most recent call last):")
+        at(0.745, "proc.error", "decode-0", "gpu", CRASH.splitlines()[-1])
+        at(0.75, "proc.exit", "decode-0", "failed", "exited 3", code=3, last_lines=logs["decode-0"][-10:])
+        from atomdeck.core.diagnose import diagnose
+
+        at(0.76, "run", value="failed", detail=diagnose(run.state, T0 + 0.76).headline)
+    if scenario == "serving":
+        at(0.95, "pair", "prefill-0>decode-0", "both_registered", "both sides registered their KV memory")
+        at(0.96, "pair", "prefill-0>decode-0", "ports_reachable", "127.0.0.11:6301-6308 reachable from decode-0's node")
+        at(1.0, "proc.stage", "router", "workers_registered")
+        for p in workers:
+            at(1.0, "proc.stage", p.name, "registered")
+        at(1.01, "proc.stage", "router", "ready")
+        at(1.05, "cell", f"{plan.router.node}:{plan.router.port}", "open")
+        at(1.06, "proc.stage", "router", "http_up")
+        logs["router"] += ROUTER_READY.splitlines()
+        at(1.1, "check", "readiness", "ok", '{"status": "ready", "healthy_workers": 2, "total_workers": 2}')
+        at(1.11, "check", "workers", "ok", "router has 1 prefill and 1 decode/regular workers")
+        at(1.12, "check", "models", "ok", f"router serves '{plan.recipe.model.client_name}'")
+        at(1.16, "check", "smoke", "ok", "8 tokens in 0.04s: 'tensor her are scale her you stream could'",
+           tokens=8, seconds=0.04)
+        at(1.2, "pair", "prefill-0>decode-0", "transferred",
+           "[atom 11:58:46] [CONSUMER] Write-done received for req 0, done_recving now: {0}")
+        at(1.25, "proc.stage", "router", "serving")
+        for p in workers:
+            at(1.25, "proc.stage", p.name, "serving")
+        at(1.26, "run", value="serving", detail="serving: 1/1P 1/1D router serving; smoke 8 tokens")
+    for name, lines in logs.items():
+        rd.log_path(name).write_text("\n".join(lines) + "\n")
+        p = run.state.procs[name]
+        if not p.last_lines:
+            p.last_lines.extend(lines[-20:])
+        p.last_line_at = T0 + 1.0
+        run.offsets[name] = rd.log_path(name).stat().st_size  # as if a console had read them all
+    return run

@@ -1,0 +1,79 @@
+"""Helpers for console tests that start real runs on the demo cluster (the simulator, no root)."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Callable
+from datetime import datetime
+
+import pytest
+from atomdeck.core.launch.local import group_members
+from atomdeck.core.run import Run
+from textual.pilot import Pilot
+
+from .conftest import make_app
+
+BIG = (160, 50)
+
+
+@pytest.fixture
+def sim_speed(monkeypatch):
+    """Bring-up in about half a second, every stage still visited."""
+    monkeypatch.setenv("ATOMDECK_SIM_SPEED", "20")
+
+
+def live_app(**kw):
+    """An app on the real clock (times in stage are real), no timed inventory refresh."""
+    kw.setdefault("clock", datetime.now)
+    return make_app(**kw)
+
+
+async def until(pilot: Pilot, cond: Callable[[], object], timeout: float = 30.0, step: float = 0.05,
+                what: str = "") -> None:
+    t0 = time.monotonic()
+    while not cond():
+        if time.monotonic() - t0 > timeout:
+            raise AssertionError(f"timed out after {timeout:g}s waiting for {what or cond}")
+        await pilot.pause(step)
+
+
+async def settle(pilot: Pilot) -> None:
+    """Like conftest.ready, for an app that watches a run: its watch worker never completes."""
+    app = pilot.app
+    inventory = [w for w in app.workers if w.group == "inventory"]
+    if inventory:  # (an empty list would mean every worker)
+        await app.workers.wait_for_complete(inventory)
+    await pilot.pause()
+    await pilot.pause()
+
+
+def text_of(widget) -> str:
+    """The plain text a Static shows (Text, markup or any Rich renderable such as a table)."""
+    from rich.console import Console
+    from rich.text import Text
+
+    content = getattr(widget, "content", None)
+    if content is None or isinstance(content, (str, Text)):
+        return str(widget.render())
+    console = Console(width=400, record=True, color_system=None)
+    with console.capture() as cap:
+        console.print(content)
+    return cap.get()
+
+
+def gone(run: Run) -> list[str]:
+    """What is left of a run: live processes (by PID, process group) and open ports (by connecting)."""
+    left = [f"{h.name}: pids {group_members(h.pid)}" for h in run.handles.values() if h.pid and group_members(h.pid)]
+    for p in run.processes.values():
+        for port in p.ports:
+            with socket.socket() as s:
+                s.settimeout(0.5)
+                if s.connect_ex((p.host, port)) == 0:
+                    left.append(f"{p.host}:{port} open")
+    return left
+
+
+def alive(run: Run) -> list[str]:
+    """Processes of the run that are still running (by PID)."""
+    return [h.name for h in run.handles.values() if h.pid and group_members(h.pid)]

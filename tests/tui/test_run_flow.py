@@ -1,0 +1,313 @@
+"""The console running real deployments on the demo cluster (the simulator, real processes and
+ports): design -> launch -> serving -> teardown -> verified clean, faults, reattach, read-only.
+Every run a test starts is torn down (conftest checks nothing is left, by PID)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from atomdeck.core.edit import set_field
+from atomdeck.core.run import Run
+from atomdeck.core.session import load_workspace
+from atomdeck.tui.screens.dialogs import ConfirmDialog, MessageDialog
+from atomdeck.tui.screens.layout import LayoutScreen
+from atomdeck.tui.screens.logs import LogScreen
+from atomdeck.tui.screens.preview import PreviewScreen
+from atomdeck.tui.screens.run import RunScreen
+from atomdeck.tui.screens.runs import RunsScreen
+from atomdeck.tui.screens.teardown import TeardownScreen
+from atomdeck.tui.widgets.barrier_grid import BarrierGrid
+from atomdeck.tui.widgets.node_table import NodeTable
+from atomdeck.tui.widgets.process_table import ProcessTable
+from textual.widgets import DataTable
+
+from .conftest import ready
+from .runhelpers import BIG, alive, gone, live_app, settle, sim_speed, text_of, until  # noqa: F401
+
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("sim_speed"), pytest.mark.timeout(120)]
+
+
+def with_env(app, role: str, env: dict, **fields) -> None:
+    """Edit the design's recipe as the Layout form would (through core)."""
+    recipe = set_field(app.design.recipe, f"{role}.env", env)
+    for path, value in fields.items():
+        recipe = set_field(recipe, path.replace("__", "."), value)
+    app.set_design(replace(app.design, recipe=recipe))
+
+
+async def launch(pilot, app) -> None:
+    await pilot.press("3", "L")
+    assert isinstance(app.screen, ConfirmDialog)
+    await pilot.press("y")
+    await until(pilot, lambda: app.live is not None and isinstance(app.screen, RunScreen), what="the run view")
+
+
+async def test_pick_layout_preview_launch_serving_teardown_verified_clean():
+    app = live_app()
+    async with app.run_test(size=BIG) as pilot:
+        await ready(pilot)
+        table = app.screen.query_one(NodeTable)
+        for node in ("demo-n01", "demo-n02"):  # pick by hand, in rank order
+            table.move_cursor(row=table.shown.index(node))
+            await pilot.press("space")
+        assert app.design.nodes == ("demo-n01", "demo-n02")
+        await pilot.press("2")
+        assert isinstance(app.screen, LayoutScreen) and app.assessment.ok
+        await pilot.press("3")
+        assert isinstance(app.screen, PreviewScreen)
+        await launch(pilot, app)
+        screen = app.screen
+        await until(pilot, lambda: app.live.state.status == "serving", what="serving")
+        await pilot.pause(0.2)
+        run = app.live.run
+        head = text_of(screen.query_one("#run-head"))
+        assert "SERVING" in head and "1/1P 1/1D router serving" in head
+        procs = screen.query_one(ProcessTable)
+        assert procs.names == ["prefill-0", "decode-0", "router"]
+        assert all(procs.get_cell(n, "stage").plain == "serving" for n in procs.names)
+        assert all("alive" in procs.get_cell(n, "alive").plain for n in procs.names)
+        grid = screen.query_one(BarrierGrid)
+        assert grid.blocking == set() and grid.nodes == ["demo-n01", "demo-n02"]
+        assert "open 8/8" in grid.get_cell("demo-n01", "handshake:6301-6308").plain
+        router = text_of(screen.query_one("#router"))
+        assert "smoke request" in router and "8 tokens" in router and "serves 'atomdeck/demo-tiny-8b'" in router
+        assert "first transfer" in text_of(screen.query_one("#pairs"))
+
+        await pilot.press("D")
+        dialog = app.screen
+        assert isinstance(dialog, ConfirmDialog) and dialog.query_one("#no").has_focus  # the safe choice
+        body = text_of(dialog.query_one(".dialog-body"))
+        for word in ("demo-n01", "demo-n02", "prefill-0", "decode-0", "router", "6301-6308, 8010", "8020"):
+            assert word in body
+        await pilot.press("y")
+        assert isinstance(app.screen, TeardownScreen)
+        await until(pilot, lambda: app.live.report is not None, what="the teardown report")
+        await pilot.pause(0.2)
+        assert app.live.report.clean
+        result = text_of(app.screen.query_one("#teardown-result"))
+        assert "verified clean: every process gone, every port closed" in result
+        progress = text_of(app.screen.query_one("#teardown-body"))
+        assert progress.count("✓ gone") == 3
+        # the watcher was told of the teardown: the barrier shows the ports closing, not crashes
+        await until(pilot, lambda: {c.state for c in app.live.state.cells.values()} == {"closed"}, timeout=10,
+                    what="every barrier cell closed")
+        await pilot.press("escape")
+        await pilot.pause(0.2)
+        assert "× closed" in grid.get_cell("demo-n02", "http:8020").plain
+        assert "STOPPED" in text_of(screen.query_one("#run-head"))
+        assert run.state.status == "stopped"
+    assert gone(run) == []
+    again = Run.open(run.id)  # what the run directory says to any later session
+    assert again.state.status == "stopped" and {p.stage for p in again.state.procs.values()} == {"stopped"}
+
+
+async def test_a_decode_that_never_binds_marks_exactly_its_cell_and_shows_its_last_lines():
+    app = live_app()
+    async with app.run_test(size=BIG) as pilot:
+        await ready(pilot)
+        with_env(app, "decode", {"ATOMSIM_NEVER_BIND": "1"})
+        await launch(pilot, app)
+        screen = app.screen
+        grid = screen.query_one(BarrierGrid)
+
+        def hung() -> bool:
+            state = app.live.state  # (a fresh copy each time: the run thread publishes them)
+            others = [c for c in state.cells.values() if c.kind != "router" and c.key != "demo-n02:8020"]
+            return (grid.blocking == {"demo-n02:8020"} and all(c.state == "open" for c in others)
+                    and any("fully initialized" in x for x in state.procs["decode-0"].last_lines))
+
+        await until(pilot, hung, what="the hung barrier")
+        await pilot.pause(0.2)
+        assert grid.blocking == {"demo-n02:8020"}
+        cell = grid.get_cell("demo-n02", "http:8020")
+        assert cell.plain.startswith("▌") and "not yet" in cell.plain  # marked as blocking
+        assert not grid.get_cell("demo-n01", "http:8010").plain.startswith("▌")
+        head = text_of(screen.query_one("#run-head"))
+        assert "demo-n02 :8020 not open" in head and "decode-0 on demo-n02 alive" in head
+        assert "demo-n02 :8020 not open" in text_of(screen.query_one("#why"))
+        procs = screen.query_one(ProcessTable)
+        assert procs.current == "decode-0"  # the cursor follows the diagnosis's culprit
+        assert "fully initialized" in text_of(screen.query_one("#tail"))
+        await pilot.press("enter")
+        assert isinstance(app.screen, LogScreen)
+        log = app.screen.logview
+        assert any("EngineCore fully initialized and ready" in line for line in log.lines)
+        assert "decode-0 · decode on demo-n02" in text_of(app.screen.query_one("#log-head"))
+        await pilot.press("escape")
+        assert isinstance(app.screen, RunScreen)
+        assert app.live.state.procs["decode-0"].alive is True  # hung, not dead
+
+
+async def test_a_crash_while_loading_shows_the_exit_code_within_a_second():
+    app = live_app()
+    async with app.run_test(size=BIG) as pilot:
+        await ready(pilot)
+        with_env(app, "decode", {"ATOMSIM_CRASH_AT": "cudagraph:3", "ATOMSIM_SLOW_LOAD": "0.5"})
+        await launch(pilot, app)
+        procs = app.screen.query_one(ProcessTable)
+        import time
+
+        await until(pilot, lambda: "exit 3" in procs.get_cell("decode-0", "alive").plain, step=0.02,
+                    what="exit 3 on screen")
+        shown_at = time.time()
+        exit_file = Path(app.live.run.handles["decode-0"].exit_path)
+        lag = shown_at - exit_file.stat().st_mtime
+        assert lag < 1.0, f"the crash reached the screen {lag:.2f}s after the process exited"
+        await until(pilot, lambda: app.live.state.status == "failed", what="failed")
+        await pilot.pause(0.2)
+        assert procs.get_cell("decode-0", "stage").plain == "failed"
+        head = text_of(app.screen.query_one("#run-head"))
+        assert "FAILED" in head and "decode-0 on demo-n02 exited 3" in head
+        assert procs.current == "decode-0"
+        assert "cudagraph" in text_of(app.screen.query_one("#tail"))
+
+
+async def test_quit_leaves_the_run_running_and_another_console_tears_it_down():
+    first = live_app()
+    async with first.run_test(size=BIG) as pilot:
+        await ready(pilot)
+        await launch(pilot, first)
+        await until(pilot, lambda: first.live.state.status == "serving", what="serving")
+        run = first.live.run
+        await pilot.press("q")
+    assert run.id in str(first.quit_message) and f"atomdeck down {run.id}" in str(first.quit_message)
+    assert sorted(alive(run)) == ["decode-0", "prefill-0", "router"]  # quitting the console is not a teardown
+    assert "127.0.0.11:30000 open" in gone(run)  # and the router still answers on its port
+
+    second = live_app()
+    async with second.run_test(size=BIG) as pilot:
+        await ready(pilot)
+        await pilot.press("5")
+        assert isinstance(second.screen, RunsScreen)
+        runs = second.screen.query_one("#runs-table", DataTable)
+        assert runs.row_count == 1 and runs.get_row_at(0)[1].plain == run.id
+        await pilot.press("enter")
+        await until(pilot, lambda: second.live is not None and isinstance(second.screen, RunScreen), what="reattach")
+        assert second.live.id == run.id and second.live.watching
+        assert "serving" in text_of(second.screen.query_one("#run-head")).lower()
+        await pilot.press("D", "y")
+        await until(pilot, lambda: second.live.report is not None, what="the teardown report")
+        assert second.live.report.clean, second.live.report.lines()
+        await pilot.press("escape", "5")
+        await pilot.pause(0.2)
+        assert "stopped" in second.screen.query_one("#runs-table", DataTable).get_row_at(0)[2].plain
+    assert gone(run) == []
+
+
+async def test_tui_run_opens_on_that_run_and_readonly_cannot_tear_it_down():
+    ws = load_workspace("demo-1p1d", "local")
+    ws.inventory = ws.cluster.static_inventory()
+    run = await Run.launch(ws, ws.assess())
+    await run.close()
+    app = live_app(run_id=run.id[-4:], readonly=True)  # a unique suffix is enough, as for `atomdeck down`
+    async with app.run_test(size=BIG) as pilot:
+        await settle(pilot)
+        assert isinstance(app.screen, RunScreen) and app.live.id == run.id
+        await until(pilot, lambda: app.live.state.status == "serving", what="serving")
+        footer = {k.action for k in app.screen.query("FooterKey")}
+        assert "teardown" not in footer and "launch" not in footer
+        assert "READ-ONLY" in text_of(app.screen.query_one("#context"))
+        await pilot.press("D", "ctrl+d")
+        assert isinstance(app.screen, RunScreen)  # no confirmation opened: the binding is disabled
+        app.request_teardown()  # even called directly
+        await pilot.pause(0.2)
+        assert isinstance(app.screen, RunScreen) and not app.live.teardown_running
+        titles = [c.title for c in app.get_system_commands(app.screen)]
+        assert "Tear down the run…" not in titles and "Launch" not in titles
+        await pilot.press("5")
+        assert "teardown" not in {k.action for k in app.screen.query("FooterKey")}
+        await pilot.press("D")
+        assert isinstance(app.screen, RunsScreen)
+        await pilot.press("3", "L")
+        assert isinstance(app.screen, PreviewScreen)
+    assert sorted(alive(run)) == ["decode-0", "prefill-0", "router"]
+    report = await Run.open(run.id).teardown(grace=2)
+    assert report.clean and gone(run) == []
+
+
+async def test_a_port_in_use_is_shown_as_a_dialog_and_nothing_runs():
+    import socket
+
+    holder = socket.socket()
+    holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    holder.bind(("127.0.0.12", 8020))
+    holder.listen()
+    try:
+        app = live_app()
+        async with app.run_test(size=BIG) as pilot:
+            await ready(pilot)
+            await pilot.press("3", "L", "y")
+            await until(pilot, lambda: isinstance(app.screen, MessageDialog), what="the refusal")
+            body = text_of(app.screen.query_one(".dialog-body"))
+            assert "Launch failed" in text_of(app.screen.query_one(".dialog-title"))
+            assert "demo-n02 127.0.0.12:8020 (wanted by decode-0)" in body
+            assert app.live is None and Run.list() == []
+    finally:
+        holder.close()
+
+
+async def test_preflight_findings_are_listed_with_their_nodes(monkeypatch):
+    from atomdeck.core.findings import Finding
+    from atomdeck.core.errors import PreflightError
+
+    findings = [Finding("preflight-gpu-busy", "error", "GPU memory in use (87%) on 3 GPUs", "nodes", "pick another "
+                        "node or free the GPUs", node="mia1-p01-g02"),
+                Finding("preflight-model", "error", "model path /models/dsv4 missing", "model.path",
+                        "copy the model to every node", node="mia1-p01-g03")]
+
+    async def refuse(ws, a, job_id=None):
+        raise PreflightError(findings)
+
+    monkeypatch.setattr(Run, "launch", staticmethod(refuse))
+    app = live_app()
+    async with app.run_test(size=BIG) as pilot:
+        await ready(pilot)
+        await pilot.press("3", "L", "y")
+        await until(pilot, lambda: isinstance(app.screen, MessageDialog), what="the pre-flight dialog")
+        assert "Pre-flight failed: nothing was launched" in text_of(app.screen.query_one(".dialog-title"))
+        body = text_of(app.screen.query_one(".dialog-body"))
+        assert "[mia1-p01-g02]" in body and "GPU memory in use" in body
+        assert "[mia1-p01-g03]" in body and "model path /models/dsv4 missing" in body
+        await pilot.press("escape")
+        assert "No run attached" in text_of(app.screen.query_one("#run-empty"))
+
+
+def test_atomdeck_tui_run_reaches_the_console_and_a_bad_run_is_an_error(monkeypatch, capsys):
+    from atomdeck.core.cli import main
+    from atomdeck.tui.app import ConsoleApp
+
+    from .fakerun import fake_run
+
+    run = fake_run("serving")
+    seen = []
+    monkeypatch.setattr(ConsoleApp, "run", lambda self, *a, **k: seen.append(self))
+    assert main(["tui", "--run", run.id]) == 0
+    app = seen[-1]
+    assert app._initial_run.id == run.id and app.design.recipe.name == "demo-1p1d"
+    assert main(["tui", "--run", "no-such-run"]) == 2
+    assert "no run 'no-such-run'" in capsys.readouterr().err
+
+
+async def test_teardown_key_follows_the_keymap():
+    import yaml
+    from atomdeck.core.paths import config_dir
+
+    from .fakerun import fake_run
+
+    path = config_dir() / "keymap.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump({"teardown": "X"}))
+    app = live_app()
+    async with app.run_test(size=BIG) as pilot:
+        await ready(pilot)
+        app.attach(fake_run("serving"), watch=False)
+        app.switch_mode("run")
+        await pilot.pause()
+        await pilot.press("D")
+        assert isinstance(app.screen, RunScreen)  # moved away from D
+        await pilot.press("X")
+        await until(pilot, lambda: isinstance(app.screen, ConfirmDialog), what="the confirmation")
+        await pilot.press("n")
+        assert isinstance(app.screen, RunScreen) and not app.live.teardown_running

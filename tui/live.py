@@ -1,0 +1,162 @@
+"""A Run as the console sees it: core's state, plus the last lines of every process and change
+counters the screens read on a timer.
+
+core calls our listeners synchronously for every state change and every log line, so they only
+count and append to bounded deques; the screens redraw at most ten times a second from what is
+here (see ConsoleApp's pulse). Nothing here talks to a node: live lines come from core's line
+listeners, earlier lines from the log file core keeps on disk.
+
+core's watching itself runs in a watcher process (watcher.py); what it reports is folded into
+this Run in the console's event loop (watch_client.py), so everything here is single-threaded.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import deque
+from itertools import islice
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..core.events import Event, RunState
+from .logtext import read_tail
+
+if TYPE_CHECKING:
+    from ..core.run import Run, TeardownReport
+
+KEEP_LINES = 5_000  # per process, in memory; the full log stays on disk
+OVER = ("stopped",)  # nothing left to watch
+
+
+class LiveRun:
+    """One attached run. `version` changes with every state change, `line_seq[name]` counts every
+    line a process ever logged while attached (so a reader can tell what it has not seen yet)."""
+
+    OVER = OVER
+
+    def __init__(self, run: Run, keep: int = KEEP_LINES) -> None:
+        self.run = run
+        self.keep = keep
+        self.buffers: dict[str, deque[str]] = {name: deque(maxlen=keep) for name in run.processes}
+        self.line_seq: dict[str, int] = {name: 0 for name in run.processes}
+        self.version = 0
+        self.lines_version = 0
+        self.watching = False
+        self.teardown_running = False
+        self.report: TeardownReport | None = None
+        self.teardown_error = ""
+        self.teardown_events: dict[str, tuple[str, str]] = {}  # process/port/allocation -> (value, detail)
+        # where core resumes reading each log: lines before it are history, read from disk on demand
+        self.start_offsets = {name: int(run.offsets.get(name, 0)) for name in run.processes}
+        run.listeners.append(self._on_event)
+        run.line_listeners.append(self._on_line)
+
+    # -- core's listeners: O(1), no I/O ----------------------------------------------------------
+    def _on_event(self, e: Event) -> None:
+        self.version += 1
+        if e.kind == "teardown" and self.teardown_running:
+            self.teardown_events[e.name] = (e.value, e.detail)
+
+    def _on_line(self, name: str, line: str) -> None:
+        buf = self.buffers.get(name)
+        if buf is None:
+            buf = self.buffers[name] = deque(maxlen=self.keep)
+            self.line_seq[name] = 0
+        buf.append(line)
+        self.line_seq[name] += 1
+        self.lines_version += 1
+
+    def begin_teardown(self) -> None:
+        self.teardown_running = True
+        self.teardown_events = {}
+        self.report, self.teardown_error = None, ""
+        self.version += 1
+
+    def detach(self) -> None:
+        for lst, fn in ((self.run.listeners, self._on_event), (self.run.line_listeners, self._on_line)):
+            if fn in lst:
+                lst.remove(fn)
+
+    # -- what the screens read -------------------------------------------------------------------
+    @property
+    def id(self) -> str:
+        return self.run.id
+
+    @property
+    def state(self) -> RunState:
+        return self.run.state
+
+    @property
+    def over(self) -> bool:
+        """Stopped and verified: nothing runs any more."""
+        return self.state.status in OVER
+
+    @property
+    def running(self) -> list[str]:
+        """Processes that may still be running (what quitting leaves behind)."""
+        return [p.name for p in self.state.procs.values() if p.alive is not False]
+
+    def nodes_of(self, names: list[str]) -> list[str]:
+        return list(dict.fromkeys(self.state.procs[n].node for n in names if n in self.state.procs))
+
+    def pid(self, name: str) -> int | None:
+        h = self.run.handles.get(name)
+        if h is not None and h.pid:
+            return h.pid
+        p = self.state.procs.get(name)
+        return p.pid if p else None
+
+    def log_path(self, name: str) -> Path | None:
+        """The full log on this machine: the launcher's file (local, Slurm), the local mirror (ssh)."""
+        h = self.run.handles.get(name)
+        if h is None:
+            return None
+        if h.launcher == "ssh" or not h.log_path:
+            return self.run.rd.path / "logs" / f"{name}.log"
+        return Path(h.log_path)
+
+    def history(self, name: str, n: int) -> list[str]:
+        """Up to n lines logged before this console attached (read from the file on disk)."""
+        end = self.start_offsets.get(name, 0)
+        path = self.log_path(name)
+        if n <= 0 or end <= 0 or path is None:
+            return []
+        return read_tail(path, n, end=end)
+
+    def snapshot_lines(self, name: str) -> tuple[list[str], int]:
+        """(every line the buffer holds, the count of lines ever received) at one instant."""
+        return list(self.buffers.get(name, ())), self.line_seq.get(name, 0)
+
+    def lines_after(self, name: str, seen: int) -> tuple[list[str], int, int]:
+        """(new lines, lines skipped because they already left the bounded buffer, new seq)."""
+        seq = self.line_seq.get(name, 0)
+        new = seq - seen
+        if new <= 0:
+            return [], 0, seq
+        buf = self.buffers.get(name) or deque()
+        take = min(new, len(buf))
+        lines = list(islice(reversed(buf), take))[::-1] if take < len(buf) else list(buf)
+        return lines, new - take, seq
+
+    def tail(self, name: str, n: int) -> list[str]:
+        """The last n lines of a process: what this console received, else core's last lines (read
+        from disk when the run was reattached)."""
+        buf = self.buffers.get(name)
+        if buf:
+            return list(islice(reversed(buf), n))[::-1]
+        p = self.state.procs.get(name)
+        return list(p.last_lines)[-n:] if p else []
+
+    def secrets(self) -> dict[str, str]:
+        """The run's environment, for masking secret values in lines read from disk."""
+        env: dict[str, str] = {}
+        for p in self.run.processes.values():
+            env.update(p.all_env())
+        return env
+
+    def log_size(self, name: str) -> int | None:
+        path = self.log_path(name)
+        try:
+            return os.path.getsize(path) if path else None
+        except OSError:
+            return None

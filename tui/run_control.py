@@ -1,0 +1,289 @@
+"""The run side of the console App: launch (the default launch handler), attach and watch, open
+logs, tear down, reattach, quit without stopping anything. A mixin of ConsoleApp, kept apart from
+the design side (app.py).
+
+core's Run does the work. Watching runs in a watcher process (watcher.py, watch_client.py) so the
+console's own loop only draws; teardown and launch are core calls awaited in workers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+from rich.text import Text
+from textual.screen import ModalScreen
+
+from ..core.lint import Assessment
+from .live import LiveRun
+from .messages import RunUpdated
+
+WATCH_AFTER_TEARDOWN_S = 1.0
+
+if TYPE_CHECKING:
+    from textual.worker import Worker
+
+    from ..core.run import Run
+    from .watch_client import WatchProcess
+
+
+class RunControl:
+    """Needs, from the App: notify, push_screen, switch_mode, run_worker, post_message, exit,
+    screen_stack, workspace, readonly; keeps `live` (the attached run) and `launching`."""
+
+    live: LiveRun | None
+    launching: str
+    quit_message: Text | None
+    _watch_worker: Worker | None
+    _watcher: WatchProcess | None
+    _pulsed: tuple
+
+    def _init_run_control(self) -> None:
+        self.live = None
+        self.launching = ""  # what the run view says while Run.launch works
+        self.quit_message = None  # what quitting printed (the run left running)
+        self._watch_worker = None
+        self._watcher = None
+        self._pulsed = ()
+
+    async def launch_run(self, a: Assessment) -> None:
+        """The default launch handler: core's Run.launch (in the launch worker), then watch it."""
+        from .screens.dialogs import MessageDialog
+
+        if self.live is not None and self.live.teardown_running:
+            self.notify("a teardown is still running; launch again when it finished", severity="warning")
+            return
+        before = self.live
+        plan = a.plan
+        assert plan is not None
+        self.launching = (f"Launching {a.recipe.name} ({plan.shape}) on {a.cluster.name}: checking that the ports "
+                          f"are free, then starting {len(a.processes)} processes on {len(plan.nodes)} nodes …")
+        await self.detach()
+        self.switch_mode("run")
+        self._poke()
+        from ..core.run import Run
+
+        try:
+            run = await Run.launch(self.workspace, a)
+        except Exception as e:  # every refusal is shown, none crashes the console
+            self.launching = ""
+            self._poke()
+            findings = getattr(e, "findings", None)
+            if findings:
+                self.push_screen(MessageDialog("Pre-flight failed: nothing was launched", _preflight_text(findings)))
+            else:
+                self.push_screen(MessageDialog("Launch failed", Text(str(e) or type(e).__name__)))
+            return
+        self.launching = ""
+        self.attach(run)
+        if before is not None and before.running:
+            self.notify(f"run {before.id} keeps running (not watched now); 5 Runs lists it", title="Launched")
+        self.notify(f"run {run.id}: {len(run.handles)} processes started", title="Launched")
+
+    def attach(self, run: Run, watch: bool = True) -> LiveRun:
+        """Make `run` the console's run (the previous one must have been detached) and watch it:
+        core's Run.watch runs in a watcher process (watcher.py), which reports here."""
+        from .watch_client import WatchProcess
+
+        live = LiveRun(run)
+        self.live = live
+        if watch:
+            live.watching = True
+            self._watcher = WatchProcess(run)
+            self._watch_worker = self.run_worker(self._watch(live, self._watcher), group="watch",
+                                                 exclusive=True, exit_on_error=False)
+        self._poke()
+        return live
+
+    async def _watch(self, live: LiveRun, watcher: WatchProcess) -> None:
+        try:
+            await watcher.start()
+            await watcher.pump()
+        except asyncio.CancelledError:
+            await watcher.stop()
+            raise
+        except Exception as e:  # watching failed; the deployment is untouched
+            watcher.error = watcher.error or str(e) or type(e).__name__
+        finally:
+            live.watching = False
+            live.version += 1
+        if watcher.error and self.live is live:
+            self.notify(f"stopped watching run {live.id}: {watcher.error}", title="Watch", severity="error",
+                        timeout=10)
+
+    async def _stop_watch(self) -> None:
+        """Stop the watcher process (it saves where it read each log) and wait until it ended."""
+        watcher, self._watcher = self._watcher, None
+        worker, self._watch_worker = self._watch_worker, None
+        if watcher is not None:
+            await watcher.stop()
+        if worker is not None and not worker.is_finished:
+            try:
+                await asyncio.wait_for(worker.wait(), 2.0)
+            except Exception:  # it ended one way or another
+                worker.cancel()
+
+    async def detach(self) -> None:
+        """Stop watching the run (it keeps running) and let go of its connections."""
+        live, self.live = self.live, None
+        if live is None:
+            return
+        await self._stop_watch()
+        live.detach()
+        try:
+            await live.run.close()
+        except Exception:  # closing connections must not keep the console from moving on
+            pass
+        self._poke()
+
+    def open_run(self, run_id: str) -> None:
+        """Reattach to a run (Runs view, or `--run`): Run.open, then watch it unless it is over."""
+        if self.live is not None and self.live.id == run_id:
+            self.switch_mode("run")
+            return
+        self.run_worker(self._open_run(run_id), group="attach", exclusive=True, exit_on_error=False)
+
+    async def _open_run(self, run_id: str) -> LiveRun | None:
+        from ..core.run import Run
+
+        if self.live is not None and self.live.teardown_running:
+            self.notify("a teardown is running; wait for it before opening another run", severity="warning")
+            return None
+        try:
+            run = Run.open(run_id)
+        except Exception as e:  # a damaged run directory is reported, not fatal
+            self.notify(f"cannot open run {run_id}: {e}", title="Runs", severity="error")
+            return None
+        await self.detach()
+        live = self.attach(run, watch=run.state.status not in LiveRun.OVER)
+        self.switch_mode("run")
+        return live
+
+    def open_logs(self, names: list[str], node: str | None = None) -> None:
+        from .screens.logs import LogScreen
+
+        if self.live is not None and names:
+            self.push_screen(LogScreen(self.live, names, node))
+
+    def request_teardown(self, run_id: str | None = None) -> None:
+        """Ask (the safe choice focused), then tear down with progress. A run picked on the Runs view
+        is reattached first."""
+        if self.readonly:
+            self.notify("read-only console: teardown is disabled", severity="warning")
+            return
+        self.run_worker(self._ask_teardown(run_id), group="attach", exclusive=True, exit_on_error=False)
+
+    async def _ask_teardown(self, run_id: str | None) -> None:
+        from .screens.dialogs import ConfirmDialog
+        from .screens.teardown import TeardownScreen, plan_text
+
+        live = self.live
+        if run_id is not None and (live is None or live.id != run_id):
+            live = await self._open_run(run_id)
+        if live is None:
+            self.notify("no run to tear down", severity="warning")
+            return
+        if live.teardown_running:
+            self.push_screen(TeardownScreen(live))
+            return
+
+        def done(yes: bool | None) -> None:
+            if yes and self.live is live:
+                self.start_teardown(live)
+
+        self.push_screen(ConfirmDialog(f"Tear down run {live.id}?", plan_text(live), yes="Tear down"), done)
+
+    def start_teardown(self, live: LiveRun) -> None:
+        from .screens.teardown import TeardownScreen
+
+        live.begin_teardown()
+        self.push_screen(TeardownScreen(live))
+        self.run_worker(self._teardown(live), group="teardown", exit_on_error=False)
+
+    async def _teardown(self, live: LiveRun) -> None:
+        from ..core.errors import AtomdeckError
+
+        watcher = self._watcher if self.live is live else None
+        # the watcher is another session on the run: tell it a teardown starts, or it reads the exits
+        # as crashes ("exited 0 unexpectedly"); if it cannot be told, stop it first
+        if watcher is not None and not await watcher.tell_stopping():
+            await self._stop_watch()
+            watcher = None
+        try:
+            live.report = await live.run.teardown()
+        except AtomdeckError as e:  # e.g. another atomdeck is tearing it down (the lock)
+            live.teardown_error = str(e)
+        except Exception as e:
+            live.teardown_error = f"{type(e).__name__}: {e}"
+        finally:
+            live.teardown_running = False
+            live.version += 1
+        if live.report is not None and live.report.clean and watcher is not None and self._watcher is watcher:
+            await asyncio.sleep(WATCH_AFTER_TEARDOWN_S)  # the barrier shows the ports closing, then rest
+            if self._watcher is watcher:
+                await self._stop_watch()
+        self._poke()
+        if live.report is not None:
+            self.notify("verified clean: every process gone, every port closed" if live.report.clean
+                        else f"NOT clean; see the run view, or `atomdeck down {live.id}`",
+                        title=f"Teardown of {live.id}", severity="information" if live.report.clean else "error")
+
+    def _poke(self) -> None:
+        """Redraw the run views now (not only on the next pulse)."""
+        self._pulsed = ()
+        self._pulse()
+
+    def _pulse(self) -> None:
+        live = self.live
+        key = (id(live), live.version, live.lines_version, live.teardown_running, live.watching) if live \
+            else (None, self.launching)
+        if key != self._pulsed:
+            self._pulsed = key
+            self.post_message(RunUpdated(live.version if live else -1))
+
+    def on_run_updated(self, message: RunUpdated) -> None:
+        # the top screen, and the ones a dialog leaves visible below it (not a run view hidden under a
+        # full-screen log: redrawing it ten times a second would cost the log view its frames)
+        for screen in reversed(self.screen_stack):
+            update = getattr(screen, "run_updated", None)
+            if update is not None:
+                update()
+            if not isinstance(screen, ModalScreen):
+                break
+
+    async def action_quit(self) -> None:
+        """Quit the console, never the deployment: a running run is left running, and we say how to
+        come back to it or stop it."""
+        live = self.live
+        message = None
+        if live is not None and live.running and live.state.status not in ("stopped",):
+            procs = live.running
+            message = Text.assemble(
+                ("atomdeck: ", "bold"), f"run {live.id} is still running ({len(procs)} processes on "
+                f"{len(live.nodes_of(procs))} nodes); quitting stopped only the console.\n",
+                "  watch it again: ", (f"atomdeck tui --run {live.id}", "bold"), "\n",
+                "  stop it:        ", (f"atomdeck down {live.id}", "bold"))
+            if live.teardown_running:
+                message.append("\n  (its teardown was interrupted: run `atomdeck down` to finish it)")
+        self.quit_message = message
+        await self.detach()
+        self.exit(0, message=message)
+
+    async def on_unmount(self) -> None:
+        """However the console ends, its watcher process ends with it (the run does not)."""
+        if self._watcher is not None:
+            await self._stop_watch()
+
+
+def _preflight_text(findings: list) -> Text:
+    out = Text(f"{len(findings)} pre-flight finding(s) on the nodes:", style="bold")
+    for f in findings:
+        node = getattr(f, "node", None)
+        out.append(f"\n\n× {getattr(f, 'rule', 'preflight')}" + (f" [{node}]" if node else ""), style="bold")
+        out.append(f"  {getattr(f, 'message', f)}")
+        fix, key = getattr(f, "fix", ""), getattr(f, "key", "")
+        if fix:
+            out.append(f"\n  → {'change ' + key + ': ' if key else ''}{fix}")
+    return out
+
+

@@ -1,0 +1,239 @@
+"""A process's log (or a node's processes' logs): the tail from disk, then live lines.
+
+Follows by default; scrolling up pauses and counts "+N new lines" (End or F follows again).
+/ searches, n/N go to the next/previous match, w wraps long lines, s saves the full log (from disk,
+secrets masked) to a file. Only the last 5,000 lines are kept on screen; the file has everything.
+Lines come from the LiveRun's bounded buffers, read at most ten times a second.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, cast
+
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.screen import Screen
+from textual.widgets import Footer, Input, Static
+
+from ...core.secrets import redact_line
+from .. import bindings
+from ..formatting import words
+from ..logtext import save_logs
+from ..palette import var_color
+from ..widgets.context_bar import ContextBar
+from ..widgets.log_lines import LogLines
+from .dialogs import InputDialog
+from .run import run_context
+
+if TYPE_CHECKING:
+    from ..app import ConsoleApp
+    from ..live import LiveRun
+
+KEEP = 5_000
+
+
+class LogScreen(Screen):
+    VIEW = "run"
+    BINDINGS = bindings.LOGS
+
+    def __init__(self, live: LiveRun, names: list[str], node: str | None = None, keep: int = KEEP) -> None:
+        super().__init__()
+        self.live = live
+        self.names = [n for n in names if n in live.state.procs] or names
+        self.node = node
+        self.keep = keep
+        self.prefix = len(self.names) > 1
+        self.seen: dict[str, int] = {}
+        self.skipped = 0  # lines that left the buffers before this screen read them (still on disk)
+        self.received = 0
+        self._shown: dict[str, Text] = {}
+        self._drawn_version = -1
+
+    @property
+    def console(self) -> ConsoleApp:
+        return cast("ConsoleApp", self.app)
+
+    def compose(self) -> ComposeResult:
+        yield ContextBar()
+        yield Static("", id="log-head")
+        yield LogLines(self.keep, id="log")
+        yield Input(placeholder="search this log (enter: find; n/N: next/previous; esc: close)", id="log-search",
+                    compact=True)
+        yield Static("", id="log-status")
+        yield Footer()
+
+    @property
+    def logview(self) -> LogLines:
+        return self.query_one(LogLines)
+
+    def on_mount(self) -> None:
+        self.query_one("#log-search", Input).display = False
+        self._load()
+        self.logview.focus()
+        self._draw()
+
+    def _load(self) -> None:
+        """History from disk (lines logged before this console attached), then what the buffers hold."""
+        live = self.live
+        lines: list[str] = []
+        per = max(1, self.keep // len(self.names))
+        for name in self.names:
+            buf, seq = live.snapshot_lines(name)
+            older: list[str] = []
+            if seq == len(buf) and len(buf) < per:  # nothing dropped yet: disk has what came before
+                older = live.history(name, per - len(buf))
+            mine = older + buf[-per:]
+            lines += [f"{name}| {x}" for x in mine] if self.prefix else mine
+            self.seen[name] = seq
+        self.logview.append(lines)
+
+    def run_updated(self) -> None:
+        """New lines (at most ten times a second): appended in one batch."""
+        if not self.is_mounted:
+            return  # pushed but not composed yet: on_mount loads everything
+        batch: list[str] = []
+        for name in self.names:
+            new, skipped, seq = self.live.lines_after(name, self.seen.get(name, 0))
+            self.seen[name] = seq
+            if skipped:
+                self.skipped += skipped
+                batch.append(f"… {skipped} lines of {name} arrived faster than shown; the file on disk has them")
+            batch += [f"{name}| {x}" for x in new] if self.prefix else new
+            self.received += len(new)
+        if batch:
+            self.logview.append(batch)
+        self._draw()
+
+    # -- status ------------------------------------------------------------------------------------
+    def _set(self, selector: str, content: Text) -> None:
+        """Update a Static only when its text changed (an update re-lays the screen out)."""
+        if self._shown.get(selector) != content:
+            self._shown[selector] = content
+            self.query_one(selector, Static).update(content)
+
+    def _draw(self) -> None:
+        """The top bar and the head (they change with the run's state, not with every line)."""
+        if self._drawn_version == self.live.version:
+            self._status()
+            return
+        self._drawn_version = self.live.version
+        app = self.console
+        self.query_one(ContextBar).show_run(app.views, self.VIEW, run_context(app) if app.live is self.live
+                                            else f"run [b]{self.live.id}[/b]", app.readonly)
+        state = self.live.state
+        head = Text()
+        what = self.node or self.names[0]
+        head.append(what, style="bold")
+        for name in self.names:
+            p = state.procs.get(name)
+            if p is None:
+                continue
+            head.append(f"  {name}: " if self.prefix else f" · {p.role} on {p.node} · ", style="dim")
+            if p.alive is False:
+                end = f"exit {p.exit_code}" if p.exit_code is not None else (p.exit_detail or "gone")
+                head.append(f"{words(p.stage)}, {end}", style=var_color(app, "text-error")
+                            if p.stage == "failed" else "dim")
+            else:
+                head.append(f"{words(p.stage)}, {'alive' if p.alive else 'not started'}")
+        paths = [str(self.live.log_path(n)) for n in self.names if self.live.log_path(n)]
+        if paths:
+            head.append(f"\nfull log on disk: {_home(paths[0])}" + (f" (+{len(paths) - 1} more)"
+                                                                     if len(paths) > 1 else ""), style="dim")
+        self._set("#log-head", head)
+        self._status()
+
+    def _status(self) -> None:
+        log = self.logview
+        app = self.console
+        out = Text()
+        if log.follow:
+            out.append(" FOLLOW ", style=f"bold #ffffff on {var_color(app, 'success', 'green')}")
+        else:
+            out.append(" PAUSED ", style=f"bold #000000 on {var_color(app, 'warning', 'yellow')}")
+            if log.pending:
+                out.append(f"  +{log.pending:,} new lines", style="bold")
+            out.append("  (End or F follows)", style="dim")
+        out.append(f"  ·  {len(log.lines):,} lines on screen (last {self.keep:,})", style="dim")
+        out.append(f"  ·  wrap {'on' if log.wrap else 'off'}", style="dim")
+        if log.search:
+            found = log.matches()
+            if found:
+                pos = f"{found.index(log.current) + 1}/" if log.current in found else ""
+                out.append(f"  ·  '{log.search}': match {pos}{len(found)}", style="bold")
+            else:
+                out.append(f"  ·  '{log.search}': no match in the lines on screen",
+                           style=var_color(app, "text-error"))
+        self._set("#log-status", out)
+
+    def on_log_lines_follow_changed(self, event: LogLines.FollowChanged) -> None:
+        self._status()
+
+    # -- keys --------------------------------------------------------------------------------------
+    def action_follow(self) -> None:
+        self.logview.resume()
+        self._status()
+
+    def action_wrap(self) -> None:
+        self.logview.set_wrap(not self.logview.wrap)
+        self._status()
+
+    def action_search(self) -> None:
+        box = self.query_one("#log-search", Input)
+        box.display = True
+        box.value = self.logview.search
+        box.focus()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        if event.input.id != "log-search":
+            return
+        self.logview.set_search(event.value.strip())
+        event.input.display = False
+        self.logview.focus()
+        if self.logview.search and self.logview.find(backward=True) is None:
+            self.notify(f"'{self.logview.search}' is not in the last {len(self.logview.lines):,} lines",
+                        severity="warning")
+        self._status()
+
+    def action_find(self, backward: bool) -> None:
+        if not self.logview.search:
+            self.action_search()
+            return
+        if self.logview.find(backward=backward) is None:
+            self.notify(f"'{self.logview.search}' is not in the lines on screen", severity="warning")
+        self._status()
+
+    def action_close(self) -> None:
+        box = self.query_one("#log-search", Input)
+        if box.display:
+            box.display = False
+            self.logview.focus()
+            return
+        self.dismiss()
+
+    def action_save(self) -> None:
+        default = f"./{self.live.id}-{self.node or self.names[0]}.log"
+
+        def done(path: str | None) -> None:
+            if path:
+                self._save(Path(path).expanduser())
+
+        self.app.push_screen(InputDialog("Save log", "Write the full log from disk (not only the lines on "
+                                         "screen) to a file; secret values are masked.", default), done)
+
+    @work(thread=True, exclusive=True, group="save-log")
+    def _save(self, target: Path) -> None:
+        known = self.live.secrets()
+        sources = [(n, self.live.log_path(n)) for n in self.names]
+        try:
+            count = save_logs(target, sources, lambda line: redact_line(line, known), self.prefix)
+        except OSError as e:
+            self.app.call_from_thread(self.notify, f"cannot write {target}: {e}", title="Save log", severity="error")
+            return
+        self.app.call_from_thread(self.notify, f"wrote {count:,} lines to {target}", title="Saved log")
+
+
+def _home(path: str) -> str:
+    home = str(Path.home())
+    return "~" + path[len(home):] if path.startswith(home + "/") else path

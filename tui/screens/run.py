@@ -1,0 +1,222 @@
+"""Run: the attached deployment as core sees it. Processes with their stage and time in stage, the
+barrier grid with the blocking cells marked, the one-line diagnosis (always on screen), the router
+and its checks, the Mooncake handshake per pair, node health, and the last lines of the process
+under the cursor. Enter opens a log; D tears the run down (asks first)."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, cast
+
+from textual.app import ComposeResult
+from textual.containers import Container, Vertical, VerticalScroll
+from textual.markup import escape
+from textual.screen import ModalScreen, Screen
+from textual.widgets import DataTable, Footer, Static
+
+from ...core.diagnose import diagnose
+from .. import bindings
+from ..widgets.barrier_grid import LEGEND, BarrierGrid
+from ..widgets.context_bar import ContextBar
+from ..widgets.process_table import ProcessTable
+from ..widgets.run_panels import HandshakePanel, NodesPanel, RouterPanel, RunHeader, TailPanel, WhyPanel
+
+if TYPE_CHECKING:
+    from ..app import ConsoleApp
+    from ..live import LiveRun
+
+WIDE = 140  # at this width and more the router/handshake/nodes panels sit beside the tables
+TAIL_LINES = 20
+TAIL_EVERY_S = 0.25
+
+
+def run_context(app: ConsoleApp) -> str:
+    """The top bar's right side on the run views: which run, what it runs, where."""
+    live = app.live
+    if live is None:
+        return "[$text-muted]no run attached[/]"
+    run = live.run
+    return (f"run [b]{escape(run.id)}[/b] · {escape(run.recipe.name)} ({escape(run.plan.shape)}) on "
+            f"[b]{escape(run.cluster.name)}[/b] · {escape(run.cluster.launcher)}")
+
+
+class RunScreen(Screen):
+    VIEW = "run"
+    BINDINGS = bindings.RUN
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.shown: LiveRun | None = None
+        self.drawn_version = -1
+        self.tail_drawn_at = 0.0
+        self.tail_name: str | None = None
+        self.culprit: str | None = None
+
+    @property
+    def console(self) -> ConsoleApp:
+        return cast("ConsoleApp", self.app)
+
+    def compose(self) -> ComposeResult:
+        yield ContextBar()
+        yield RunHeader(id="run-head")
+        with Container(id="run-main"):
+            with Vertical(id="run-left"):
+                with Vertical(id="procs-box", classes="run-box") as box:
+                    box.border_title = "Processes"
+                    box.border_subtitle = "enter: log"
+                    yield ProcessTable(id="proc-table")
+                with Vertical(id="barrier-box", classes="run-box") as box:
+                    box.border_title = "Barrier · node × port"
+                    box.border_subtitle = LEGEND
+                    yield BarrierGrid(id="barrier-grid")
+                with VerticalScroll(id="tail-box", classes="run-box") as box:
+                    box.border_title = "Last lines"
+                    yield TailPanel(id="tail")
+            with Vertical(id="run-right"):
+                with Vertical(id="router-box", classes="run-box") as box:
+                    box.border_title = "Router · AToMesh"
+                    yield RouterPanel(id="router")
+                with Vertical(id="pairs-box", classes="run-box") as box:
+                    box.border_title = "KV handshake · Mooncake"
+                    yield HandshakePanel(id="pairs")
+                with Vertical(id="nodes-box", classes="run-box") as box:
+                    box.border_title = "Nodes"
+                    yield NodesPanel(id="nodes")
+                with VerticalScroll(id="why-box", classes="run-box") as box:
+                    box.border_title = "Why · diagnosis in detail"
+                    yield WhyPanel(id="why")
+        yield Static("", id="run-empty")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one(ProcessTable).focus()
+        self.set_interval(1.0, self.redraw)  # time in stage keeps counting without events
+        self.redraw()
+
+    def on_screen_resume(self) -> None:
+        self.redraw()
+
+    def _visible(self) -> bool:
+        """On top, or under dialogs only."""
+        for screen in reversed(self.app.screen_stack):
+            if screen is self:
+                return True
+            if not isinstance(screen, ModalScreen):
+                return False
+        return False
+
+    def on_resize(self) -> None:
+        self.set_class(self.size.width >= WIDE, "-wide")
+
+    def run_updated(self) -> None:
+        """The pulse: everything after a state change; after new log lines only the last-lines
+        panel, at most four times a second (under a flood that is what keeps the console light)."""
+        live = self.console.live
+        if live is None or live is not self.shown or live.version != self.drawn_version:
+            self.redraw()
+            return
+        now = time.monotonic()
+        if now - self.tail_drawn_at >= TAIL_EVERY_S:
+            self._draw_tail()
+
+    # -- drawing ---------------------------------------------------------------------------------
+    def redraw(self) -> None:
+        if not self.is_mounted or not self._visible():
+            return  # (a log view covers it: on_screen_resume draws it again)
+        app = self.console
+        live = app.live
+        self.query_one(ContextBar).show_run(app.views, self.VIEW, run_context(app), app.readonly)
+        self.set_class(live is None, "-empty")
+        if live is None:
+            self.query_one("#run-empty", Static).update(self._empty_text())
+            self.refresh_bindings()
+            return
+        if live is not self.shown:
+            self.shown, self.culprit, self.tail_name = live, None, None
+            table = self.query_one(ProcessTable)
+            table.touched = False
+            if self.focused is None or not self.focused.display:
+                self.call_after_refresh(table.focus)  # it was hidden while no run was attached
+            self.refresh_bindings()
+        run, state = live.run, live.state
+        self.drawn_version = live.version
+        now = app.now()
+        d = diagnose(state, now)
+        note = "tearing down…" if live.teardown_running else ""
+        self.query_one(RunHeader).show(state, d, now, watching=live.watching, note=note)
+        table = self.query_one(ProcessTable)
+        table.show(state, now, {n: live.pid(n) for n in state.procs})
+        if not table.touched:  # the process to look at, until the operator picks one
+            if d.culprit:
+                table.select(d.culprit)
+            elif self.culprit:  # nothing to point at any more (serving): back to the top
+                table.move_cursor(row=0, animate=False)
+        self.culprit = d.culprit
+        self.query_one(BarrierGrid).show(state, d.blocking, now)
+        self.query_one(RouterPanel).show(state, now, node=run.plan.router.node, url=run.plan.router.url,
+                                         model=run.recipe.model.client_name)
+        self.query_one(HandshakePanel).show(state, now)
+        self.query_one(NodesPanel).show(state, [n.name for n in run.plan.nodes], now, run.cluster.launcher)
+        self.query_one(WhyPanel).show(state, d)
+        self._draw_tail()
+
+    def _draw_tail(self) -> None:
+        live = self.console.live
+        name = self.query_one(ProcessTable).current
+        if live is None or name is None:
+            return
+        self.tail_name = name
+        self.tail_drawn_at = time.monotonic()
+        p = live.state.procs[name]
+        lines = live.tail(name, TAIL_LINES)
+        box = self.query_one("#tail-box")
+        box.border_title = f"Last lines · {name} on {p.node}"
+        box.border_subtitle = "enter: full log"
+        self.query_one(TailPanel).show(lines)
+        box.scroll_end(animate=False)
+
+    def _empty_text(self) -> str:
+        app = self.console
+        if app.launching:
+            return f"[b]{escape(app.launching)}[/b]"
+        return ("[b]No run attached.[/b]\n\nLaunch one from [b]3 Preview[/b] (L asks first), or open an earlier "
+                "run on [b]5 Runs[/b]." + ("" if not app.readonly else "\n\nRead-only: launching and tearing "
+                                           "down are disabled."))
+
+    # -- selection -------------------------------------------------------------------------------
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        if isinstance(event.data_table, ProcessTable):
+            self._draw_tail()
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        key = event.row_key.value if event.row_key else None
+        if key is None:
+            return
+        if isinstance(event.data_table, ProcessTable):
+            self.console.open_logs([key])
+        elif isinstance(event.data_table, BarrierGrid):
+            live = self.console.live
+            if live is not None:
+                self.console.open_logs([p.name for p in live.state.procs.values() if p.node == key], node=key)
+
+    def action_open_log(self) -> None:
+        focused = self.focused
+        if isinstance(focused, BarrierGrid) and focused.current:
+            live = self.console.live
+            if live is not None:
+                self.console.open_logs([p.name for p in live.state.procs.values() if p.node == focused.current],
+                                       node=focused.current)
+            return
+        name = self.query_one(ProcessTable).current
+        if name:
+            self.console.open_logs([name])
+
+    def action_teardown(self) -> None:
+        self.console.request_teardown()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "teardown":
+            return not self.console.readonly and self.console.live is not None
+        if action == "open_log":
+            return self.console.live is not None
+        return True

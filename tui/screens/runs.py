@@ -1,0 +1,166 @@
+"""Runs: every run directory on this machine (core's Run.list), newest first. Enter (or o) reattaches
+and watches a run; D tears the selected run down (asks first)."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, cast
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Static
+
+from .. import bindings
+from ..palette import STATUS_VARS, var_color
+from ..widgets.context_bar import ContextBar
+
+if TYPE_CHECKING:
+    from ..app import ConsoleApp
+
+COLUMNS = [("mark", ""), ("id", "RUN"), ("status", "STATUS"), ("recipe", "RECIPE"), ("cluster", "CLUSTER"),
+           ("launcher", "LAUNCHER"), ("created", "STARTED"), ("job", "JOB"), ("diagnosis", "LAST DIAGNOSIS")]
+
+
+class RunsScreen(Screen):
+    VIEW = "runs"
+    BINDINGS = bindings.RUNS
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.runs: list[dict] = []
+        self.error = ""
+
+    @property
+    def console(self) -> ConsoleApp:
+        return cast("ConsoleApp", self.app)
+
+    def compose(self) -> ComposeResult:
+        yield ContextBar()
+        yield Static("", id="runs-summary")
+        yield DataTable(id="runs-table", cursor_type="row", zebra_stripes=True)
+        yield Static("", id="runs-detail")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        table = self.query_one(DataTable)
+        for key, label in COLUMNS:
+            table.add_column(label, key=key)
+        table.focus()
+        self.reload()
+
+    def on_screen_resume(self) -> None:
+        self.reload()
+
+    def run_updated(self) -> None:
+        if self.is_mounted:
+            self._bar()
+
+    @property
+    def current(self) -> str | None:
+        table = self.query_one(DataTable)
+        if not self.runs or not 0 <= table.cursor_row < len(self.runs):
+            return None
+        return self.runs[table.cursor_row]["id"]
+
+    def reload(self) -> None:
+        from ...core.run import Run
+
+        keep = self.current
+        try:
+            self.runs = list(reversed(Run.list()))
+            self.error = ""
+        except Exception as e:
+            self.runs, self.error = [], f"cannot list runs: {e}"
+        table = self.query_one(DataTable)
+        table.clear()
+        attached = self.console.live.id if self.console.live else None
+        for m in self.runs:
+            table.add_row(*self._cells(m, attached), key=m["id"])
+        ids = [m["id"] for m in self.runs]
+        if keep in ids:
+            table.move_cursor(row=ids.index(keep), animate=False)
+        elif attached in ids:
+            table.move_cursor(row=ids.index(attached), animate=False)
+        self._bar()
+        self._detail()
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        self._detail()
+
+    def _detail(self) -> None:
+        """The highlighted run: where it lives, who started it, its last diagnosis, what to type."""
+        run_id = self.current
+        out = Text()
+        m = next((m for m in self.runs if m["id"] == run_id), None)
+        if m is None:
+            out.append("no runs yet: launch one from 3 Preview, or `atomdeck up RECIPE`", style="dim")
+        else:
+            out.append(f"{m['id']}", style="bold")
+            status = str(m.get("status", "?"))
+            out.append(f"  {status}", style=var_color(self.app, STATUS_VARS.get(status, "")))
+            out.append(f"\n{m.get('diagnosis') or 'no diagnosis recorded'}")
+            where = f"\ndirectory {m.get('dir', '')}"
+            if m.get("console_host"):
+                where += f" · started from {m['console_host']} (pid {m.get('console_pid', '?')})"
+            if m.get("job_id"):
+                where += f" · Slurm job {m['job_id']}"
+            out.append(where, style="dim")
+            out.append(f"\nfrom a shell: atomdeck status {m['id']} · atomdeck logs {m['id']} · atomdeck down {m['id']}",
+                       style="dim")
+        self.query_one("#runs-detail", Static).update(out)
+
+    def _bar(self) -> None:
+        if not self.is_mounted:
+            return
+        from .run import run_context
+
+        app = self.console
+        self.query_one(ContextBar).show_run(app.views, self.VIEW, run_context(app), app.readonly)
+        out = Text()
+        from ...core.paths import runs_dir
+
+        if self.error:
+            out.append(self.error, style=var_color(app, "text-error"))
+        else:
+            out.append(f"{len(self.runs)} run(s) in {runs_dir()}", style="bold")
+            out.append(" · enter reattaches and watches" + ("" if app.readonly else " · D tears down (asks first)"),
+                       style="dim")
+            out.append(" · ● the run this console watches", style="dim")
+        self.query_one("#runs-summary", Static).update(out)
+
+    def _cells(self, m: dict, attached: str | None) -> list[Text]:
+        app = self.console
+        status = str(m.get("status", "?"))
+        created = m.get("created")
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(created)) if created else ""
+        return [Text("●" if m["id"] == attached else "", style="bold"), Text(m["id"], style="bold"),
+                Text(status, style=var_color(app, STATUS_VARS.get(status, ""))), Text(str(m.get("recipe", ""))),
+                Text(str(m.get("cluster", ""))), Text(str(m.get("launcher", ""))), Text(when),
+                Text(str(m.get("job_id") or ""), style="dim"),
+                Text(_short(str(m.get("diagnosis") or ""), 44), style="dim")]
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        self.action_open_run()
+
+    def action_open_run(self) -> None:
+        run_id = self.current
+        if run_id:
+            self.console.open_run(run_id)
+
+    def action_reload(self) -> None:
+        self.reload()
+
+    def action_teardown(self) -> None:
+        run_id = self.current
+        if run_id:
+            self.console.request_teardown(run_id)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "teardown":
+            return not self.console.readonly
+        return True
+
+
+def _short(text: str, n: int) -> str:
+    return text if len(text) <= n else text[:n - 1] + "…"

@@ -1,0 +1,134 @@
+"""Teardown: what will be stopped where (the confirmation's text), then per-node, per-process progress
+from core's teardown events until core reports the run verified clean (or not)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Button, Static
+
+from .. import bindings
+from ..formatting import port_ranges
+from ..palette import var_color
+
+if TYPE_CHECKING:
+    from ..live import LiveRun
+
+
+def plan_text(live: LiveRun) -> Text:
+    """The confirmation: every process by node, with its PID and ports, and what happens after."""
+    run = live.run
+    out = Text()
+    out.append(f"{run.recipe.name} ({run.plan.shape}) on {run.cluster.name}, run {run.id}\n\n", style="bold")
+    by_node: dict[str, list[str]] = {}
+    for name, p in run.processes.items():
+        by_node.setdefault(p.node, []).append(name)
+    for node, names in by_node.items():
+        out.append(f"{node}\n", style="bold")
+        for name in names:
+            p, st = run.processes[name], live.state.procs.get(name)
+            pid = live.pid(name)
+            alive = "already gone" if st is not None and st.alive is False else "running"
+            out.append(f"  {name:<12} pid {pid or '?':<8} ports {port_ranges(p.ports) or '-':<16} {alive}\n")
+    launcher = run.cluster.launcher
+    how = {"local": "SIGTERM to each process group, SIGKILL after the grace period",
+           "slurm": "scancel of each step, then of the job",
+           "ssh": "kill of each recorded process group over SSH"}.get(launcher, "stop each process")
+    out.append(f"\nHow: {how}; then every port is checked closed.", style="dim")
+    return out
+
+
+class TeardownScreen(ModalScreen[None]):
+    """Progress of a teardown the App started (its worker owns the work; this only draws)."""
+
+    BINDINGS = bindings.TEARDOWN
+
+    def __init__(self, live: LiveRun) -> None:
+        super().__init__(classes="dialog")
+        self.live = live
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog-box", id="teardown-box"):
+            yield Static("", classes="dialog-title", id="teardown-title")
+            with VerticalScroll(classes="dialog-scroll"):
+                yield Static("", id="teardown-body")
+            yield Static("", id="teardown-result")
+            with Horizontal(classes="dialog-buttons"):
+                yield Button("Close", id="close", variant="primary")
+
+    def on_mount(self) -> None:
+        self.query_one("#close", Button).focus()
+        self.run_updated()
+
+    def run_updated(self) -> None:
+        if not self.is_mounted:
+            return
+        live = self.live
+        app = self.app
+        ok, err, warn = (var_color(app, v) for v in ("text-success", "text-error", "text-warning"))
+        done = not live.teardown_running
+        title = f"Tearing down {live.id}" if not done else f"Teardown of {live.id}"
+        self.query_one("#teardown-title", Static).update(Text(title))
+        table = Table(box=None, padding=(0, 2, 0, 0), show_edge=False, expand=False)
+        for col in ("NODE", "PROCESS", "PROGRESS"):
+            table.add_column(col, style="bold" if col == "NODE" else "", no_wrap=col != "PROGRESS")
+        progress = live.teardown_events
+        order = [n.name for n in live.run.plan.nodes]
+        procs = sorted(live.run.processes.items(), key=lambda kv: order.index(kv[1].node)
+                       if kv[1].node in order else len(order))
+        for name, p in procs:
+            value, detail = progress.get(name, ("", ""))
+            if not value:
+                cell = Text("… waiting" if not done else "not reached", style="dim")
+            elif value == "stopping":
+                cell = Text(f"… stopping {detail}".rstrip(), style=warn)
+            elif value == "gone":
+                cell = Text(f"✓ gone · {detail}", style=ok)
+            else:
+                cell = Text(f"× {value} · {detail}", style=f"bold {err}")
+            table.add_row(p.node, name, cell)
+        for key, (value, detail) in progress.items():
+            if key in live.run.processes:
+                continue
+            if key == "allocation":
+                table.add_row("", "allocation", Text(f"✓ {value} {detail}", style=ok))
+            elif value == "open":
+                node, _, port = key.rpartition(":")
+                table.add_row(node, f"port {port}", Text(f"× {detail}", style=f"bold {err}"))
+        self.query_one("#teardown-body", Static).update(table)
+        self.query_one("#teardown-result", Static).update(self._result(done, ok, err))
+
+    def _result(self, done: bool, ok: str, err: str) -> Text:
+        live = self.live
+        if not done:
+            gone = sum(1 for v, _ in live.teardown_events.values() if v == "gone")
+            return Text(f"\n… {gone}/{len(live.run.processes)} processes gone; then every port is checked closed",
+                        style="dim")
+        if live.teardown_error:
+            return Text(f"\n× teardown did not run: {live.teardown_error}", style=f"bold {err}")
+        report = live.report
+        if report is None:
+            return Text("")
+        if report.clean:
+            out = Text("\n✓ verified clean: every process gone, every port closed", style=f"bold {ok}")
+            by_node: dict[str, list[int]] = {}
+            for p in live.run.processes.values():
+                by_node.setdefault(p.node, []).extend(p.ports)
+            out.append("\n  ports checked closed: " + " · ".join(f"{n} {port_ranges(ports)}"
+                                                                for n, ports in by_node.items()), style="dim")
+            return out
+        out = Text(f"\n× NOT clean: {len(report.open_ports)} port(s) open, "
+                   f"{sum(not r.ok for r in report.processes)} process(es) left", style=f"bold {err}")
+        out.append(f"\n  try again with D, or `atomdeck down {live.id}`", style="dim")
+        return out
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        self.dismiss(None)
+
+    def action_close(self) -> None:
+        self.dismiss(None)

@@ -1,0 +1,119 @@
+"""The console's side of the watcher process (watcher.py): start it for a run, fold what it reports
+into the console's Run with core's own fold (RunState.apply), hand its lines to the line
+listeners, stop it. Runs in the console's event loop; reading a report is cheap (the expensive
+per-line work happened in the watcher)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from typing import TYPE_CHECKING
+
+from ..core.events import Event
+
+if TYPE_CHECKING:
+    from ..core.run import Run
+
+LIMIT = 64 * 1024 * 1024  # one report line (the watcher keeps them near a megabyte)
+KEEP_LAST = 20  # ProcState.last_lines holds this many
+
+
+class WatchProcess:
+    def __init__(self, run: Run) -> None:
+        self.run = run
+        self.proc: asyncio.subprocess.Process | None = None
+        self.known = len(run.rd.event_lines())  # events this console's Run has folded in already
+        self.error = ""
+        self.ready = False
+        self.stopping = asyncio.Event()  # the watcher acknowledged "stopping"
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    async def start(self) -> None:
+        self.proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "atomdeck.tui.watcher", self.run.id, stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, limit=LIMIT)
+
+    async def pump(self) -> None:
+        """Read reports until the watcher ends; the run keeps running whatever happens here."""
+        assert self.proc is not None and self.proc.stdout is not None
+        while True:
+            line = await self.proc.stdout.readline()
+            if not line:
+                break
+            try:
+                msg = json.loads(line)
+            except ValueError:
+                continue
+            self.handle(msg)
+        code = await self.proc.wait()
+        if code not in (0, -15) and not self.error:
+            err = (await self.proc.stderr.read()).decode(errors="replace").strip() if self.proc.stderr else ""
+            self.error = f"the watcher exited {code}" + (f": {err.splitlines()[-1]}" if err else "")
+
+    def handle(self, msg: dict) -> None:
+        run = self.run
+        if "ready" in msg:
+            self.ready = True
+            # what other sessions recorded between this console reading the run and the watcher
+            # opening it: fold it in from the run directory
+            for text in run.rd.event_lines()[self.known:int(msg["ready"])]:
+                if text.strip():
+                    self._fold(Event.from_json(text))
+            self.known = int(msg["ready"])
+        for text in msg.get("e", ()):
+            self._fold(Event.from_json(text))
+        t = msg.get("t", 0.0)
+        for name, lines in msg.get("l", ()):
+            for line in lines:
+                for fn in list(run.line_listeners):
+                    fn(name, line)
+            for line in lines[-KEEP_LAST:]:  # last lines and "silent for", through core's fold
+                run.state.apply(Event("proc.line", name, detail=line, t=t))
+        if msg.get("stopping"):
+            self.stopping.set()
+        if "error" in msg:
+            self.error = str(msg["error"])
+
+    def _fold(self, e: Event) -> None:
+        if self.run.state.apply(e):
+            for fn in list(self.run.listeners):
+                fn(e)
+
+    async def tell_stopping(self, wait: float = 2.0) -> bool:
+        """Tell the watcher a teardown starts (so it records exits as stops); True once it knows."""
+        proc = self.proc
+        if proc is None or proc.returncode is not None or proc.stdin is None or not self.ready:
+            return False
+        try:
+            proc.stdin.write(b"stopping\n")
+            await proc.stdin.drain()
+            await asyncio.wait_for(self.stopping.wait(), wait)
+        except (OSError, RuntimeError, TimeoutError):
+            return False
+        return True
+
+    async def stop(self, grace: float = 3.0) -> None:
+        """Ask the watcher to stop (it saves where it read each log), then insist, by its PID."""
+        proc = self.proc
+        if proc is None or proc.returncode is not None:
+            return
+        if proc.stdin is not None:
+            try:
+                proc.stdin.close()
+            except (OSError, RuntimeError):
+                pass
+        for signal_it in (None, proc.terminate, proc.kill):
+            if signal_it is not None:
+                try:
+                    signal_it()
+                except ProcessLookupError:
+                    return
+            try:
+                await asyncio.wait_for(proc.wait(), grace)
+                return
+            except TimeoutError:
+                continue

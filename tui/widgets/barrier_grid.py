@@ -1,0 +1,121 @@
+"""The barrier as a grid: one row per node, one column per port (a node's handshake ports share
+one column as a range), each cell's state and since when; the cells core's diagnosis names as
+blocking are marked.
+
+States are core's (CellState.state): open, waiting/refused (not yet), timeout, closed (was open,
+now refused: the process died or closed it). Enter on a row opens that node's logs.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from rich.text import Text
+from textual.widgets import DataTable
+
+from ...core.events import CellState, RunState
+from ..formatting import ago
+from ..palette import CELL_STYLE, var_color
+
+KIND_ORDER = {"http": 0, "handshake": 1, "router": 2}
+LEGEND = "● open  ○ not yet  ◐ timeout  × was open, now closed  ▌blocking"
+
+
+def _ranges(ports: list[int]) -> list[tuple[int, int]]:
+    spans: list[list[int]] = []
+    for p in sorted(ports):
+        if spans and spans[-1][1] == p - 1:
+            spans[-1][1] = p
+        else:
+            spans.append([p, p])
+    return [(a, b) for a, b in spans]
+
+
+def group_cells(cells: list[CellState]) -> tuple[list[tuple[str, str]], dict[tuple[str, str], list[CellState]]]:
+    """(columns as (key, label), {(node, column key): cells}). Pure, for the grid and its tests."""
+    by_node_kind: dict[tuple[str, str], list[CellState]] = defaultdict(list)
+    for c in cells:
+        by_node_kind[(c.node, c.kind)].append(c)
+    groups: dict[tuple[str, str], list[CellState]] = {}
+    columns: dict[str, tuple[tuple, str]] = {}
+    for (node, kind), members in by_node_kind.items():
+        if kind == "handshake":
+            for lo, hi in _ranges([c.port for c in members]):
+                key = f"handshake:{lo}-{hi}"
+                columns[key] = ((KIND_ORDER[kind], lo), f"handshake {lo}-{hi}" if lo != hi else f"handshake :{lo}")
+                groups[(node, key)] = [c for c in members if lo <= c.port <= hi]
+        else:
+            for c in members:
+                key = f"{kind}:{c.port}"
+                columns[key] = ((KIND_ORDER.get(kind, 3), c.port), f"{kind} :{c.port}")
+                groups[(node, key)] = [c]
+    ordered = sorted(columns.items(), key=lambda kv: kv[1][0])
+    return [(key, label) for key, (_, label) in ordered], groups
+
+
+class BarrierGrid(DataTable):
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id, cursor_type="row", zebra_stripes=False)
+        self.nodes: list[str] = []
+        self.column_keys: list[str] = []
+        self.blocking: set[str] = set()  # cell keys ("node:port") marked as blocking
+        self.quiet = False
+
+    @property
+    def current(self) -> str | None:
+        if not self.nodes or not 0 <= self.cursor_row < len(self.nodes):
+            return None
+        return self.nodes[self.cursor_row]
+
+    def show(self, state: RunState, blocking: list[CellState], now: float) -> None:
+        cells = list(state.cells.values())
+        columns, groups = group_cells(cells)
+        nodes = list(dict.fromkeys(c.node for c in cells))
+        self.blocking = {c.key for c in blocking}
+        self.quiet = state.status in ("stopping", "stopped")  # closed ports are the point of a teardown
+        start = state.started or now
+        rows = {n: [self._cell(groups.get((n, key), []), now, start) for key, _ in columns] for n in nodes}
+        keys = [k for k, _ in columns]
+        if keys != self.column_keys or nodes != self.nodes:
+            keep = self.current
+            self.clear(columns=True)
+            self.add_column("NODE", key="node")
+            for key, label in columns:
+                self.add_column(label.upper(), key=key)
+            for n in nodes:
+                self.add_row(Text(n, style="bold"), *rows[n], key=n)
+            self.nodes, self.column_keys = nodes, keys
+            if keep in nodes:
+                self.move_cursor(row=nodes.index(keep), animate=False)
+            self.call_after_refresh(self.refresh, layout=True)  # auto height: measure the new rows
+            return
+        for n in nodes:
+            for key, value in zip(keys, rows[n]):
+                if self.get_cell(n, key) != value:
+                    self.update_cell(n, key, value, update_width=True)
+
+    def _cell(self, members: list[CellState], now: float, start: float) -> Text:
+        if not members:
+            return Text("·", style="dim", justify="center")
+        states = {c.state for c in members}
+        newest = max((c.since for c in members), default=0.0) or start
+        since = ago(now - newest)
+        blocking = any(c.key in self.blocking for c in members)
+        if len(states) == 1:
+            state = members[0].state
+            glyph, var = CELL_STYLE.get(state, ("?", ""))
+            word = {"refused": "not yet", "waiting": "not yet", "closed": "closed"}.get(state, state)
+            count = f" {len(members)}/{len(members)}" if len(members) > 1 and state == "open" else ""
+            text = Text(f"{glyph} {word}{count} {since}")
+        else:
+            opened = sum(c.state == "open" for c in members)
+            var = "text-warning"
+            text = Text(f"◐ {opened}/{len(members)} open {since}")
+        if blocking:
+            text.stylize(f"bold reverse {var_color(self.app, 'text-error', 'red')}")
+            text = Text("▌") + text
+        elif var == "text-muted" or self.quiet:
+            text.stylize("dim")
+        elif var:
+            text.stylize(var_color(self.app, var))
+        return text

@@ -1,0 +1,293 @@
+"""A bounded, follow-mode log: only the lines on screen are drawn, however many arrive.
+
+Lines arrive in batches (the log screen feeds it on a timer), the oldest fall off past `max_lines`
+(the full log stays on disk). Following keeps the end in view; scrolling up pauses it and counts
+the lines that arrived since; reaching the end again (End, F, or scrolling down) resumes it.
+Errors and known fatal lines (core's HIGHLIGHT) are coloured; search matches are marked.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from rich.cells import cell_len
+from rich.segment import Segment
+from rich.style import Style
+from rich.text import Text
+from textual.cache import LRUCache
+from textual.geometry import Size
+from textual.message import Message
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
+
+from ..logtext import HIGHLIGHT, clean
+from ..palette import var_color
+
+
+class LogLines(ScrollView, can_focus=True):
+    DEFAULT_CSS = """
+    LogLines {
+        background: $surface;
+        overflow: auto auto;
+    }
+    """
+
+    @dataclass
+    class FollowChanged(Message):
+        """Following started or stopped (the screen updates its status line)."""
+
+        follow: bool
+
+    def __init__(self, max_lines: int = 5_000, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.max_lines = max_lines
+        self.lines: deque[str] = deque()
+        self.cells: deque[int] = deque()  # cell length of each line (for wrapping and the width)
+        self.base = 0  # absolute number of lines[0] (lines dropped from the front so far)
+        self.follow = True
+        self.pending = 0  # lines that arrived while paused
+        self.wrap = False
+        self.search = ""
+        self.current: int | None = None  # absolute line of the current search match
+        self._width = 0
+        self._rows: list[int] | None = None  # wrap: first visual row of each line (prefix sums)
+        self._rows_width = 0
+        self._cache: LRUCache[tuple, Strip] = LRUCache(1024)
+        self._moving = False  # our own scroll, not the user's
+
+    # -- feeding -----------------------------------------------------------------------------------
+    def append(self, lines: Iterable[str]) -> int:
+        """Add lines (cleaned for the screen); returns how many were added."""
+        new = [clean(x) for x in lines]
+        if not new:
+            return 0
+        self.lines.extend(new)
+        lens = [cell_len(x) for x in new]
+        self.cells.extend(lens)
+        self._width = max(self._width, max(lens))
+        dropped = len(self.lines) - self.max_lines
+        top_before = self._top_line()
+        if dropped > 0:
+            for _ in range(dropped):
+                self.lines.popleft()
+                self.cells.popleft()
+            self.base += dropped
+            self._cache.clear()  # keys are absolute lines, but stay safe after a big drop
+        self._rows = None
+        self._update_size()
+        if self.follow:
+            self._scroll_to_end()
+        else:
+            self.pending += len(new)
+            if dropped > 0:  # keep the same lines in view while paused, as far as they still exist
+                self._scroll_to_line(max(0, top_before - self.base), 0)
+        self.refresh()
+        return len(new)
+
+    def clear(self) -> None:
+        self.lines.clear()
+        self.cells.clear()
+        self.base, self.pending, self._width, self.current = 0, 0, 0, None
+        self._rows = None
+        self._cache.clear()
+        self._update_size()
+        self.refresh()
+
+    # -- follow ----------------------------------------------------------------------------------------
+    def resume(self) -> None:
+        """Follow again: jump to the end."""
+        self._set_follow(True)
+        self._scroll_to_end()
+
+    def _set_follow(self, on: bool) -> None:
+        if on:
+            self.pending = 0
+        if on != self.follow:
+            self.follow = on
+            self.post_message(self.FollowChanged(on))
+
+    def watch_scroll_y(self, old: float, new: float) -> None:
+        super().watch_scroll_y(old, new)
+        if self._moving:
+            return
+        if new < old and self.max_scroll_y > 0 and old <= self.max_scroll_y:  # (not a clamp after shrinking)
+            self._set_follow(False)
+        elif new >= self.max_scroll_y and not self.follow:
+            self._set_follow(True)
+
+    def action_scroll_end(self) -> None:
+        self.resume()
+
+    def _scroll_to_end(self) -> None:
+        self._moving = True
+        try:
+            # force: right after the virtual size grew the scrollbar may not be laid out yet
+            self.scroll_to(y=self.max_scroll_y, animate=False, immediate=True, force=True)
+        finally:
+            self._moving = False
+
+    def _scroll_to_line(self, index: int, col: int, center: bool = False) -> None:
+        """Put line `index` (in self.lines) at the top (or the middle) of the view."""
+        if self.wrap:
+            width = max(1, self.scrollable_content_region.width)
+            y, x = self._row_of(index) + col // width, 0
+        else:
+            width = max(1, self.scrollable_content_region.width)
+            y, x = index, (max(0, col - width // 2) if col >= width else 0)
+        if center:
+            y -= self.scrollable_content_region.height // 2
+        self._moving = True
+        try:
+            self.scroll_to(x=x, y=max(0, y), animate=False, immediate=True, force=True)
+        finally:
+            self._moving = False
+
+    # -- wrap --------------------------------------------------------------------------------------------
+    def set_wrap(self, on: bool) -> None:
+        top = self._top_line()
+        self.wrap = on
+        self._rows = None
+        self._cache.clear()
+        self._moving = True  # the virtual height changes: a clamped scroll_y is not the user scrolling
+        try:
+            self._update_size()
+        finally:
+            self._moving = False
+        if self.follow:
+            self._scroll_to_end()
+        else:
+            self._scroll_to_line(max(0, top - self.base), 0)
+        self.refresh()
+
+    def on_resize(self) -> None:
+        if self.wrap:
+            self._rows = None
+            self._update_size()
+        if self.follow:
+            self._scroll_to_end()
+
+    def _wrap_rows(self) -> list[int]:
+        width = max(1, self.scrollable_content_region.width)
+        if self._rows is None or self._rows_width != width:
+            rows, total = [], 0
+            for n in self.cells:
+                rows.append(total)
+                total += max(1, -(-n // width))
+            rows.append(total)
+            self._rows, self._rows_width = rows, width
+        return self._rows
+
+    def _row_of(self, index: int) -> int:
+        return self._wrap_rows()[index]
+
+    def _top_line(self) -> int:
+        """The absolute number of the first line in view."""
+        y = int(self.scroll_y)
+        if self.wrap and self.lines:
+            y = max(0, bisect_right(self._wrap_rows(), y) - 1)
+        return self.base + y
+
+    def _update_size(self) -> None:
+        if self.wrap:
+            rows = self._wrap_rows()
+            self.virtual_size = Size(max(1, self.scrollable_content_region.width), rows[-1])
+        else:
+            self.virtual_size = Size(self._width, len(self.lines))
+
+    # -- search -------------------------------------------------------------------------------------------
+    def set_search(self, term: str) -> None:
+        if term != self.search:
+            self.search = term
+            self.current = None
+            self._cache.clear()
+            self.refresh()
+
+    def matches(self) -> list[int]:
+        """Absolute line numbers whose text contains the search term (case-insensitive)."""
+        needle = self.search.lower()
+        if not needle:
+            return []
+        return [self.base + i for i, line in enumerate(self.lines) if needle in line.lower()]
+
+    def find(self, backward: bool = False) -> int | None:
+        """Go to the next (previous) match after (before) the current one or the view; None if none."""
+        needle = self.search.lower()
+        if not needle or not self.lines:
+            return None
+        n = len(self.lines)
+        if self.current is not None and self.current >= self.base:
+            start = self.current - self.base
+        else:
+            start = self._top_line() - self.base + (0 if backward else -1)
+            if self.follow and backward:
+                start = n
+        order = range(start - 1, -1, -1) if backward else range(start + 1, n)
+        hit = next((i for i in order if needle in self.lines[i].lower()), None)
+        if hit is None:  # wrap around
+            order = range(n - 1, -1, -1) if backward else range(n)
+            hit = next((i for i in order if needle in self.lines[i].lower()), None)
+        if hit is None:
+            return None
+        self.current = self.base + hit
+        self._set_follow(False)
+        self._cache.clear()
+        self._scroll_to_line(hit, self.lines[hit].lower().find(needle), center=True)
+        self.refresh()
+        return self.current
+
+    # -- drawing --------------------------------------------------------------------------------------------
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._cache.clear()
+
+    def render_line(self, y: int) -> Strip:
+        scroll_x, scroll_y = self.scroll_offset
+        width = self.scrollable_content_region.width
+        style = self.rich_style
+        row = scroll_y + y
+        if self.wrap:
+            rows = self._wrap_rows()
+            if row >= rows[-1]:
+                return Strip.blank(width, style)
+            index = bisect_right(rows, row) - 1
+            part = row - rows[index]
+            strip = self._line_strip(index, style)
+            return strip.crop_extend(part * width, (part + 1) * width, style)
+        if row >= len(self.lines):
+            return Strip.blank(width, style)
+        strip = self._line_strip(row, style)
+        return strip.crop_extend(scroll_x, scroll_x + width, style)
+
+    def _line_strip(self, index: int, style: Style) -> Strip:
+        absolute = self.base + index
+        key = (absolute, absolute == self.current)
+        cached = self._cache.get(key)
+        if cached is not None:
+            return cached
+        line = self.lines[index]
+        m = HIGHLIGHT.search(line)
+        marked = self.search and self.search.lower() in line.lower()
+        if not m and not marked and absolute != self.current:
+            # the common case, cheaply: one plain segment (lines were cleaned of control characters)
+            strip = Strip([Segment(line, style)], self.cells[index])
+            self._cache[key] = strip
+            return strip
+        text = Text(line, no_wrap=True, end="")
+        text.stylize(style)
+        if m:
+            text.stylize(Style.parse(var_color(self.app, "text-error", "red")))
+        if self.search:
+            needle, low = self.search.lower(), line.lower()
+            start = low.find(needle)
+            mark = Style.parse(f"reverse {var_color(self.app, 'text-warning', 'yellow')}")
+            while start >= 0:
+                text.stylize(mark, start, start + len(needle))
+                start = low.find(needle, start + max(1, len(needle)))
+        if absolute == self.current:
+            text.stylize(Style.parse(f"on {var_color(self.app, 'primary-muted', '#0c304c')}"))
+        strip = Strip(text.render(self.app.console), cell_len(line))
+        self._cache[key] = strip
+        return strip

@@ -1,0 +1,98 @@
+"""Every process of the run: role, node, stage, time in that stage, alive or how it ended.
+
+Rows are keyed by process name and updated in place (the cursor and scroll stay put while the run
+changes under them). Enter on a row opens that process's log (the run screen handles it).
+"""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.widgets import DataTable
+
+from ...core.events import ROUTER_STAGES, TERMINAL, WORKER_STAGES, ProcState, RunState
+from ..formatting import ago, words
+from ..palette import role_color, var_color
+
+COLUMNS = [("name", "PROCESS"), ("role", "ROLE"), ("node", "NODE"), ("stage", "STAGE"), ("bar", "PROGRESS"),
+           ("since", "IN STAGE"), ("alive", "ALIVE / EXIT"), ("pid", "PID")]
+
+
+class ProcessTable(DataTable):
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id, cursor_type="row", zebra_stripes=True)
+        self.names: list[str] = []
+        self.touched = False  # the operator moved the cursor: stop following the diagnosis's culprit
+
+    def on_key(self) -> None:
+        self.touched = True
+
+    def on_click(self) -> None:
+        self.touched = True
+
+    def on_mount(self) -> None:
+        for key, label in COLUMNS:
+            self.add_column(label, key=key)
+
+    @property
+    def current(self) -> str | None:
+        if not self.names or not 0 <= self.cursor_row < len(self.names):
+            return None
+        return self.names[self.cursor_row]
+
+    def select(self, name: str) -> None:
+        if name in self.names:
+            self.move_cursor(row=self.names.index(name), animate=False)
+
+    def show(self, state: RunState, now: float, pids: dict[str, int | None]) -> None:
+        names = list(state.procs)
+        rows = {p.name: self._cells(p, state, now, pids.get(p.name)) for p in state.procs.values()}
+        if names != self.names:
+            keep = self.current
+            self.clear()
+            for name in names:
+                self.add_row(*rows[name], key=name)
+            self.names = names
+            if keep:
+                self.select(keep)
+            self.call_after_refresh(self.refresh, layout=True)  # auto height: measure the new rows
+            return
+        for name in names:
+            for (key, _), value in zip(COLUMNS, rows[name]):
+                if self.get_cell(name, key) != value:
+                    self.update_cell(name, key, value, update_width=True)
+
+    def _cells(self, p: ProcState, state: RunState, now: float, pid: int | None) -> list[Text]:
+        app = self.app
+        err = var_color(app, "text-error", "red")
+        ok = var_color(app, "text-success", "green")
+        color = role_color(app, p.role)
+        stage_style = {"failed": f"bold {err}", "stopped": "dim", "serving": ok}.get(p.stage, "")
+        since = ago(now - p.since) if p.since else ""
+        if p.alive is False:
+            code = p.exit_code
+            end = f"exit {code}" if code is not None else (p.exit_detail or "gone")
+            alive = Text(f"× {end}" if p.stage == "failed" else f"■ {end}",
+                         style=f"bold {err}" if p.stage == "failed" else "dim")
+        elif p.alive:
+            alive = Text("● alive", style=ok)
+        else:
+            alive = Text("○ not started", style="dim")
+        down = state.teardown.get(p.name)
+        if down:
+            word = down.split(":", 1)[0]
+            alive = Text({"stopping": "… stopping", "gone": "■ gone", "left": "× STILL RUNNING"}.get(word, word),
+                         style={"gone": "dim", "left": f"bold {err}"}.get(word, var_color(app, "text-warning")))
+        return [Text(p.name, style=f"bold {color}"), Text(p.role, style=color), Text(p.node), Text(words(p.stage),
+                style=stage_style), _bar(p), Text(since, justify="right"), alive,
+                Text(str(pid) if pid else "", style="dim", justify="right")]
+
+
+def _bar(p: ProcState) -> Text:
+    """Stages reached out of the role's stages, as a small bar (■ reached, □ to come)."""
+    order = ROUTER_STAGES if p.role == "router" else WORKER_STAGES
+    steps = order[1:]
+    if p.stage in TERMINAL:
+        reached = max((steps.index(s) + 1 for s in p.stages if s in steps), default=0)
+        return Text("■" * reached + "□" * (len(steps) - reached), style="dim")
+    reached = steps.index(p.stage) + 1 if p.stage in steps else 0
+    return Text("■" * reached + "□" * (len(steps) - reached))
