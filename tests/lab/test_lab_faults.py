@@ -7,8 +7,8 @@ import subprocess
 
 import pytest
 import yaml
-from atomdeck.core.paths import find_cluster
 from atomdeck.core.errors import PreflightError
+from atomdeck.core.paths import find_cluster
 from atomdeck.core.run import Run
 from atomdeck.core.session import fetch_inventory, load_workspace
 

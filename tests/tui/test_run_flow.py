@@ -249,8 +249,8 @@ async def test_a_port_in_use_is_shown_as_a_dialog_and_nothing_runs():
 
 
 async def test_preflight_findings_are_listed_with_their_nodes(monkeypatch):
-    from atomdeck.core.findings import Finding
     from atomdeck.core.errors import PreflightError
+    from atomdeck.core.findings import Finding
 
     findings = [Finding("preflight-gpu-busy", "error", "GPU memory in use (87%) on 3 GPUs", "nodes", "pick another "
                         "node or free the GPUs", node="mia1-p01-g02"),
