@@ -365,12 +365,15 @@ class Run:
         return None if p is None else p.alive
 
     def _on_cell(self, c, result: str) -> None:
+        was = self.state.cells[c.key].state if c.key in self.state.cells else None
         self.emit(Event("cell", c.key, result, data={"node": c.node, "port": c.port}))
-        if result == "open" and c.kind == "http" and c.owner:
+        if result != "open" or was == "open":
+            return  # only a cell that just opened starts its checks (open cells are re-probed every second)
+        if c.kind == "http" and c.owner:
             task = asyncio.ensure_future(self._check_worker(c.owner))
             self._background.add(task)  # keep a reference until it is done, and cancel it with the watch
             task.add_done_callback(self._background.discard)
-        if result == "open" and c.kind == "router":
+        if c.kind == "router":
             self.emit_stage("router", "http_up")
 
     async def _check_worker(self, name: str) -> None:

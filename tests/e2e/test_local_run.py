@@ -180,3 +180,24 @@ def test_a_watching_session_records_a_teardown_done_elsewhere_as_stopped(runs):
     lines = list(state.procs["decode-0"].last_lines)
     assert len(lines) == len(set(lines)) or lines[-10:] != lines[-20:-10]  # no block of lines repeated
     assert Run.open(run.id).state.status == "stopped"
+
+
+def test_an_open_port_is_rechecked_by_connect_only_not_by_http_every_time(runs):
+    """Open cells are re-probed every second to see them close; /health is asked once, when a cell opens."""
+    ws = workspace()
+
+    def health_gets(run) -> int:
+        log = Path(run.handles["prefill-0"].log_path).read_text()
+        return sum('"GET /health' in ln for ln in log.splitlines())
+
+    async def go():
+        run = await Run.launch(ws, ws.assess())
+        runs.append(run)
+        s = await run.watch(until=lambda s: s.status in ("serving", "failed"), timeout=30)
+        assert s.status == "serving"
+        before = health_gets(run)  # atomdeck's one check, and AToMesh's own start-up probe
+        await run.watch(timeout=3.5)  # ~3 re-probes of every open cell
+        return before, health_gets(run)
+
+    before, after = asyncio.run(go())
+    assert before <= 2 and after == before
