@@ -156,3 +156,19 @@ def test_nodes_shows_a_node_not_responding_once_slurm_notices(lab):
     finally:
         lab.start_slurmd(node)
         lab.wait_node_state(node, r"^(idle|mixed|allocated)$", timeout=60)
+
+
+def test_slurm_driven_through_the_login_host_over_ssh(lab):
+    """sbatch/srun/squeue/scancel run on mia1-login through the SSH runner; logs are tailed from there."""
+    run, state = serve(workspace("demo-1p1d", "lab-login"))
+    job = run.rd.meta()["job_id"]
+    try:
+        assert state.status == "serving", state.diagnosis
+        assert run.rd.meta()["shared_dir"].startswith("/tmp/atomdeck-slurm-runs/")
+        assert run.handles["decode-0"].log_path.startswith("/tmp/atomdeck-slurm-runs/")
+        assert squeue_job(job) == "RUNNING"
+        assert any("Write-done received" in line for line in state.procs["decode-0"].last_lines)
+    finally:
+        report = teardown(run.id)
+    assert report.clean, report.lines()
+    assert squeue_job(job) == "" and run_pids(lab, run.id) == {} and open_ports(run) == []
