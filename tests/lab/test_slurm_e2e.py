@@ -160,14 +160,27 @@ def test_nodes_shows_a_node_not_responding_once_slurm_notices(lab):
 
 def test_slurm_driven_through_the_login_host_over_ssh(lab):
     """sbatch/srun/squeue/scancel run on mia1-login through the SSH runner; logs are tailed from there."""
-    run, state = serve(workspace("demo-1p1d", "lab-login"))
+    ws = workspace("demo-1p1d", "lab-login")
+
+    def transferred_line(s):
+        return any("Write-done received" in line for line in s.procs["decode-0"].last_lines)
+
+    async def go():
+        run = await Run.launch(ws, ws.assess())
+        state = await run.watch(until=lambda s: s.status in ("serving", "failed"), timeout=60)
+        if state.status == "serving":  # the tail over SSH may be a moment behind the process
+            state = await run.watch(until=transferred_line, timeout=15)
+        await run.close()
+        return run, state
+
+    run, state = asyncio.run(go())
     job = run.rd.meta()["job_id"]
     try:
         assert state.status == "serving", state.diagnosis
         assert run.rd.meta()["shared_dir"].startswith("/tmp/atomdeck-slurm-runs/")
         assert run.handles["decode-0"].log_path.startswith("/tmp/atomdeck-slurm-runs/")
         assert squeue_job(job) == "RUNNING"
-        assert any("Write-done received" in line for line in state.procs["decode-0"].last_lines)
+        assert transferred_line(state), list(state.procs["decode-0"].last_lines)
     finally:
         report = teardown(run.id)
     assert report.clean, report.lines()

@@ -164,6 +164,10 @@ async def test_ssh_tail_resumes_after_drops_with_every_line_once(sshd, target, t
     async def writer() -> None:
         for i in range(1, 601):
             if i in (200, 400):
+                for _ in range(200):  # the previous drop must be over (a busy machine reconnects slower)
+                    if r.state.state == "up" and sshd.connection_pids():
+                        break
+                    await asyncio.sleep(0.025)
                 _append(path, b"half a line at the drop ")
                 await asyncio.sleep(0.05)
                 assert sshd.kill_connections(), "no connection to kill"
