@@ -134,7 +134,7 @@ class Term:
                 return time.monotonic() - t0
         raise RuntimeError(f"the screen never passed the check within {timeout}s:\n{self.screen()}")
 
-    def detach_control(self) -> None:
+    def _close_control(self) -> None:
         if self.control is not None:
             try:
                 self.control.stdin.close()  # type: ignore[union-attr]
@@ -143,16 +143,14 @@ class Term:
             self.control.kill()
             self.control.wait()
             self.control = None
+
+    def detach_control(self) -> None:
+        if self.control is not None:
+            self._close_control()
             time.sleep(0.3)
 
     def kill(self) -> None:
-        if self.control is not None:
-            try:
-                self.control.stdin.close()  # type: ignore[union-attr]
-            except OSError:
-                pass
-            self.control.kill()
-            self.control.wait()
+        self._close_control()
         self("kill-server")
         (Path(f"/tmp/tmux-{os.getuid()}") / self.sock).unlink(missing_ok=True)
 

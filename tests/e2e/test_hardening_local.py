@@ -16,7 +16,9 @@ from atomdeck.core.errors import AtomdeckError
 from atomdeck.core.run import Run
 from atomdeck.core.rundir import RunDir
 
-from .conftest import gone, workspace
+from tests.leftovers import gone
+
+from .conftest import workspace
 
 pytestmark = pytest.mark.slow
 

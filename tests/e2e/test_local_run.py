@@ -14,7 +14,9 @@ import pytest
 from atomdeck.core.diagnose import diagnose
 from atomdeck.core.run import Run
 
-from .conftest import gone, workspace
+from tests.leftovers import gone
+
+from .conftest import workspace
 
 pytestmark = pytest.mark.slow
 

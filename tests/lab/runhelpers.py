@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -41,31 +40,20 @@ def serve(ws, nodes=None, timeout=60):
     return asyncio.run(go())
 
 
+def node_pids(lab, node: str, test: str) -> list[int]:
+    """PIDs of the processes inside `node` for which the shell `test` (on $f, the environ file, and $p)
+    holds. The lab's nodes share one PID namespace: only processes in the node's network namespace count."""
+    script = ('me=$(readlink /proc/self/ns/net); for f in /proc/[0-9]*/environ; do '
+              'p=${f#/proc/}; p=${p%/environ}; '
+              '[ "$(readlink /proc/$p/ns/net 2>/dev/null)" = "$me" ] || continue; '
+              f'{test} && echo "$p"; done; true')
+    return [int(x) for x in lab.node_exec(node, ["sh", "-c", script]).stdout.split()]
+
+
 def run_pids(lab, run_id: str) -> dict[str, list[int]]:
     """node -> pids of processes carrying this run's marker (checked inside every node)."""
-    out = {}
-    for node in lab.node_names:
-        # the lab's nodes share one PID namespace: count only processes in this node's network namespace
-        res = lab.node_exec(node, ["sh", "-c", f'me=$(readlink /proc/self/ns/net); for f in /proc/[0-9]*/environ; '
-                                   f'do p=${{f#/proc/}}; p=${{p%/environ}}; '
-                                   f'[ "$(readlink /proc/$p/ns/net 2>/dev/null)" = "$me" ] || continue; '
-                                   f'tr "\\0" "\\n" < "$f" 2>/dev/null | '
-                                   f'grep -q "^ATOMDECK_RUN={run_id}:" && echo "$p"; done; true'])
-        pids = [int(x) for x in res.stdout.split()]
-        if pids:
-            out[node] = pids
-    return out
-
-
-def open_ports(run: Run) -> list[str]:
-    left = []
-    for p in run.processes.values():
-        for port in p.ports:
-            with socket.socket() as s:
-                s.settimeout(0.5)
-                if s.connect_ex((p.host, port)) == 0:
-                    left.append(f"{p.node}:{port}")
-    return left
+    marked = f'tr "\\0" "\\n" < "$f" 2>/dev/null | grep -q "^ATOMDECK_RUN={run_id}:"'
+    return {node: pids for node in lab.node_names if (pids := node_pids(lab, node, marked))}
 
 
 def squeue_job(job_id: str) -> str:
@@ -98,12 +86,8 @@ def wait_for(pred, timeout: float, interval: float = 0.1):
 
 def kill_worker_python(lab, node: str, run_id: str, name: str) -> int:
     """Kill the worker itself (not its supervisor) inside the node; returns its pid."""
-    res = lab.node_exec(node, ["sh", "-c", f'me=$(readlink /proc/self/ns/net); for f in /proc/[0-9]*/environ; do '
-                               f'p=${{f#/proc/}}; p=${{p%/environ}}; '
-                               f'[ "$(readlink /proc/$p/ns/net 2>/dev/null)" = "$me" ] || continue; '
-                               f'tr "\\0" "\\n" < "$f" 2>/dev/null | grep -qx "ATOMDECK_RUN={run_id}:{name}" && '
-                               f'grep -q "openai_server\\|atomesh" /proc/$p/cmdline 2>/dev/null && echo $p; done; true'])
-    pids = [int(x) for x in res.stdout.split()]
+    pids = node_pids(lab, node, f'tr "\\0" "\\n" < "$f" 2>/dev/null | grep -qx "ATOMDECK_RUN={run_id}:{name}" && '
+                                f'grep -q "openai_server\\|atomesh" /proc/$p/cmdline 2>/dev/null')
     assert pids, f"no {name} process of {run_id} on {node}"
     target = max(pids)  # the python process (started after its `env` wrapper exec'd)
     lab.node_exec(node, ["kill", "-9", str(target)])

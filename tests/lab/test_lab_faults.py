@@ -12,7 +12,9 @@ from atomdeck.core.paths import find_cluster
 from atomdeck.core.run import Run
 from atomdeck.core.session import fetch_inventory, load_workspace
 
-from .runhelpers import open_ports, run_pids, squeue_job, squeue_steps, teardown, workspace
+from tests.leftovers import open_ports
+
+from .runhelpers import run_pids, squeue_job, squeue_steps, teardown, workspace
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 G = "mia1-p01-g0"

@@ -13,11 +13,12 @@ import time
 import pytest
 from atomdeck.core.run import Run
 
+from tests.leftovers import open_ports
+
 from .runhelpers import (
     SPEED,
     cli,
     kill_worker_python,
-    open_ports,
     run_pids,
     serve,
     squeue_job,

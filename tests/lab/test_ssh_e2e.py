@@ -14,7 +14,9 @@ import yaml
 from atomdeck.core.paths import find_cluster
 from atomdeck.core.run import Run
 
-from .runhelpers import SPEED, cli, open_ports, run_pids, serve, teardown, wait_for, workspace
+from tests.leftovers import open_ports
+
+from .runhelpers import SPEED, cli, run_pids, serve, teardown, wait_for, workspace
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 

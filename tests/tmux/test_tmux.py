@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from atomdeck.core.run import Run
 
-from tests.tui.runhelpers import alive, gone
+from tests.leftovers import alive, gone
 
 # tests/run installs tmux as root; without it (not root) the test is skipped, but never under CI=true
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180),

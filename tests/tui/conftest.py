@@ -19,8 +19,9 @@ def _no_run_left_behind(_isolated_state):
     yield
     import asyncio
 
-    from atomdeck.core.launch.local import group_members
     from atomdeck.core.run import Run
+
+    from tests.leftovers import alive
 
     left = []
     for meta in Run.list():
@@ -29,7 +30,7 @@ def _no_run_left_behind(_isolated_state):
         run = Run.open(meta["id"])
         if any(p.alive is not False for p in run.state.procs.values()) or meta.get("status") != "stopped":
             asyncio.run(run.teardown(grace=2))
-        left += [f"{h.name} ({h.pid})" for h in run.handles.values() if h.pid and group_members(h.pid)]
+        left += alive(run)
     assert not left, f"processes left behind: {left}"
 
 

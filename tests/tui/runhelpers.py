@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import socket
 import time
 from collections.abc import Callable
 from datetime import datetime
 
 import pytest
-from atomdeck.core.launch.local import group_members
-from atomdeck.core.run import Run
 from textual.pilot import Pilot
 
 from .conftest import make_app
@@ -60,20 +57,3 @@ def text_of(widget) -> str:
     with console.capture() as cap:
         console.print(content)
     return cap.get()
-
-
-def gone(run: Run) -> list[str]:
-    """What is left of a run: live processes (by PID, process group) and open ports (by connecting)."""
-    left = [f"{h.name}: pids {group_members(h.pid)}" for h in run.handles.values() if h.pid and group_members(h.pid)]
-    for p in run.processes.values():
-        for port in p.ports:
-            with socket.socket() as s:
-                s.settimeout(0.5)
-                if s.connect_ex((p.host, port)) == 0:
-                    left.append(f"{p.host}:{port} open")
-    return left
-
-
-def alive(run: Run) -> list[str]:
-    """Processes of the run that are still running (by PID)."""
-    return [h.name for h in run.handles.values() if h.pid and group_members(h.pid)]

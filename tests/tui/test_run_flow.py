@@ -23,8 +23,10 @@ from atomdeck.tui.widgets.node_table import NodeTable
 from atomdeck.tui.widgets.process_table import ProcessTable
 from textual.widgets import DataTable
 
+from tests.leftovers import alive, gone
+
 from .conftest import ready
-from .runhelpers import BIG, alive, gone, live_app, settle, sim_speed, text_of, until  # noqa: F401
+from .runhelpers import BIG, live_app, settle, sim_speed, text_of, until  # noqa: F401
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("sim_speed"), pytest.mark.timeout(120)]
 

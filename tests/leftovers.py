@@ -1,0 +1,31 @@
+"""What a run left behind, checked from outside: live processes (by PID) and open ports (by connecting)."""
+
+from __future__ import annotations
+
+import socket
+
+from atomdeck.core.launch.local import group_members
+from atomdeck.core.run import Run
+
+
+def alive(run: Run) -> list[str]:
+    """Processes of the run whose process group still has members on this machine."""
+    return [h.name for h in run.handles.values() if h.pid and group_members(h.pid)]
+
+
+def open_ports(run: Run, label: str = "node") -> list[str]:
+    """`<node or host>:<port>` for every port of the run that still accepts a connection."""
+    left = []
+    for p in run.processes.values():
+        for port in p.ports:
+            with socket.socket() as s:
+                s.settimeout(0.5)
+                if s.connect_ex((p.host, port)) == 0:
+                    left.append(f"{getattr(p, label)}:{port}")
+    return left
+
+
+def gone(run: Run) -> list[str]:
+    """Problems left after a teardown on the local launcher: live process groups and open ports."""
+    left = [f"{h.name}: pids {group_members(h.pid)}" for h in run.handles.values() if h.pid and group_members(h.pid)]
+    return left + [f"{where} open" for where in open_ports(run, label="host")]
