@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from .errors import ConfigError, ConfigIssue
+from .errors import ConfigIssue
 from .inventory import Node
 from .recipe import _env_check
 from .yamlio import YamlDoc, parse_yaml, read_yaml, validate
@@ -163,11 +163,7 @@ def cluster_issues(cluster: Cluster, source: str, doc: YamlDoc | None = None) ->
 
 
 def cluster_from_doc(doc: YamlDoc) -> Cluster:
-    cluster = validate(Cluster, doc)
-    issues = cluster_issues(cluster, doc.source, doc)
-    if issues:
-        raise ConfigError(issues)
-    return cluster
+    return validate(Cluster, doc, cluster_issues)
 
 
 def load_cluster(path: Path | str) -> Cluster:

@@ -247,11 +247,7 @@ def semantic_issues(recipe: Recipe, source: str = "<recipe>", doc: YamlDoc | Non
 
 
 def recipe_from_doc(doc: YamlDoc) -> Recipe:
-    recipe = validate(Recipe, doc)
-    issues = semantic_issues(recipe, doc.source, doc)
-    if issues:
-        raise ConfigError(issues)
-    return recipe
+    return validate(Recipe, doc, semantic_issues)
 
 
 def load_recipe(path: Path | str) -> Recipe:

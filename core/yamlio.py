@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -178,8 +179,17 @@ def _model_in(annotation: Any) -> type[BaseModel] | None:
     return None
 
 
-def validate(model: type[M], doc: YamlDoc) -> M:
-    """Validate a parsed document against a pydantic model, reporting every issue by key path."""
+def validate(model: type[M], doc: YamlDoc, checks: Callable[[M, str, YamlDoc], list[ConfigIssue]] | None = None) -> M:
+    """Validate a parsed document against a pydantic model, then with `checks` (the rules across keys),
+    reporting every issue by key path."""
+    obj = _validate_shape(model, doc)
+    issues = checks(obj, doc.source, doc) if checks else []
+    if issues:
+        raise ConfigError(issues)
+    return obj
+
+
+def _validate_shape(model: type[M], doc: YamlDoc) -> M:
     data = doc.data
     if data is None:
         data = {}
