@@ -4,7 +4,8 @@
 commands, pre-flight checks, launchers and probes do not care where they run. Connections are
 pooled per event loop: one per (host, port, user, jump, and the files that decide trust), shared
 by every runner, reconnected with bounded exponential back-off when they drop. Host keys are
-checked against known_hosts and an unknown or changed key is refused, never accepted silently.
+checked against known_hosts and an unknown or changed key is refused, never accepted silently
+(ssh_trust.py); targets, errors and the command string sent to sshd are in ssh_target.py.
 
 asyncssh is imported inside functions only: it costs ~0.3 s and `import atomdeck.core` must stay
 fast for the TUI and the CLI.
@@ -16,7 +17,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import re
 import shlex
 import signal
 import socket
@@ -24,22 +24,38 @@ import time
 import weakref
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, cast
 
-from .errors import AtomdeckError
 from .shell import CommandError, Result, Runner
+from .ssh_target import (
+    Backoff,
+    HostKeyChanged,
+    HostKeyUnknown,
+    SshAuthFailed,
+    SshConfigError,
+    SshConnectionLost,
+    SshError,
+    SshTarget,
+    SshUnreachable,
+    remote_command,
+)
+from .ssh_trust import describe_resolved, host_key_error, known_hosts_paths, read_known_hosts, resolve_config
 
 if TYPE_CHECKING:  # pragma: no cover
     import asyncssh
 
     from .cluster import Cluster
 
+__all__ = [  # the SSH API in one place: targets and errors live in ssh_target, trust in ssh_trust
+    "Backoff", "ConnState", "HostKeyChanged", "HostKeyUnknown", "SshAuthFailed", "SshConfigError", "SshConnection",
+    "SshConnectionLost", "SshError", "SshRunner", "SshTarget", "SshUnreachable", "close_all", "pooled_connections",
+    "remote_command", "ssh_runner_for_login", "ssh_runner_for_node",
+]
+
 log = logging.getLogger(__name__)
 
 # OpenSSH's MaxSessions default: the 11th session channel on one connection is refused.
 MAX_SESSIONS = 10
-DEFAULT_KNOWN_HOSTS = "~/.ssh/known_hosts"
 
 StateName = Literal["idle", "connecting", "up", "lost", "reconnecting", "failed", "closed"]
 
@@ -53,160 +69,6 @@ class ConnState:
     reason: str = ""  # why: the error text for lost/failed/reconnecting
     at: float = field(default_factory=time.time)  # wall-clock time of the change
     attempt: int = 0  # 1, 2, ... while (re)connecting
-
-
-@dataclass(frozen=True)
-class Backoff:
-    """Reconnect pacing: first_s, then ×factor up to max_s; give up after give_up_s."""
-
-    first_s: float = 0.25
-    factor: float = 2.0
-    max_s: float = 5.0
-    give_up_s: float = 60.0
-
-
-# ---------------------------------------------------------------------------------------- errors
-
-
-class SshError(AtomdeckError):
-    """An SSH problem, phrased for the operator. `permanent` ones (trust, auth) are not retried."""
-
-    permanent = False
-
-    def __init__(self, message: str, host: str = ""):
-        self.host = host
-        super().__init__(message)
-
-
-class SshUnreachable(SshError):
-    """The host did not answer SSH: refused, timed out, unknown name, jump host could not reach it."""
-
-
-class SshAuthFailed(SshError):
-    """The server refused every key offered."""
-
-    permanent = True
-
-
-class HostKeyUnknown(SshError):
-    """The server's host key is not in known_hosts."""
-
-    permanent = True
-
-
-class HostKeyChanged(SshError):
-    """known_hosts has a different key for this host: possibly reinstalled, possibly an attack."""
-
-    permanent = True
-
-
-class SshConfigError(SshError):
-    """Local SSH settings that cannot work (missing identity file, forwarding forbidden...)."""
-
-    permanent = True
-
-
-class SshConnectionLost(SshError):
-    """The connection dropped while a command or stream was using it."""
-
-
-# ---------------------------------------------------------------------------------------- target
-
-
-@dataclass(frozen=True)
-class SshTarget:
-    """Where and how to connect. Unset fields fall back to ~/.ssh/config (or `ssh_config`)."""
-
-    host: str
-    port: int | None = None
-    user: str | None = None
-    jump: SshTarget | None = None  # ProxyJump: reach `host` through this one
-    ssh_config: str | None = None  # OpenSSH config file; None = ~/.ssh/config
-    known_hosts: str | None = None  # None = config UserKnownHostsFile, else ~/.ssh/known_hosts
-    identity: str | None = None  # private key file; None = config, ~/.ssh/id_*, the agent
-    agent_forwarding: bool = False
-    connect_timeout_s: float = 10.0
-    keepalive_s: float = 15.0
-    keepalive_count_max: int = 3
-    label: str | None = field(default=None, compare=False)  # name for messages (node name)
-    backoff: Backoff = field(default_factory=Backoff, compare=False)
-
-    @property
-    def name(self) -> str:
-        return self.label or self.host
-
-    @property
-    def key(self) -> tuple:
-        """Pool key: one connection per distinct key. Trust and identity files are part of it so a
-        connection verified against one known_hosts is never reused for a caller that named another."""
-        return (self.host, self.port, self.user, self.jump.key if self.jump else None,
-                self.ssh_config, self.known_hosts, self.identity, self.agent_forwarding)
-
-    def describe(self) -> str:
-        """`node (user@host:port via login)`, for messages."""
-        where = f"{self.user + '@' if self.user else ''}{self.host}{':' + str(self.port) if self.port else ''}"
-        via = f" via {self.jump.name}" if self.jump else ""
-        return f"{self.label} ({where}{via})" if self.label and self.label != self.host else f"{where}{via}"
-
-    @classmethod
-    def parse(cls, spec: str, **kw: Any) -> SshTarget:
-        """`[user@]host[:port]` (IPv6 as `[addr]:port`), as in LoginHost.jump and ProxyJump."""
-        user, _, hostport = spec.strip().rpartition("@")
-        port: int | None = None
-        if hostport.startswith("["):
-            host, _, rest = hostport[1:].partition("]")
-            if rest.startswith(":"):
-                port = int(rest[1:])
-        elif hostport.count(":") == 1:
-            host, p = hostport.split(":")
-            port = int(p)
-        else:
-            host = hostport
-        if not host:
-            raise SshConfigError(f"cannot read the SSH host in {spec!r}; write [user@]host[:port]")
-        return cls(host=host, port=port, user=user or None, **kw)
-
-
-# -------------------------------------------------------------------------------- remote commands
-
-# Runs "$@" so that it dies with the channel: OpenSSH does not kill a session's processes when the
-# channel or the connection closes (and ignored signal requests before 7.9), so a `tail -F` on a
-# quiet log would outlive us. The guard holds the channel's stdin and, on EOF, kills the command's
-# process group (setsid makes it a group leader). $1 = merge|split decides where stderr goes.
-_GUARD = r"""m=$1; shift
-[ "$m" = merge ] && exec 2>&1
-exec 3<&0 </dev/null
-if command -v setsid >/dev/null 2>&1; then setsid "$@" 3<&- & else "$@" 3<&- & fi
-p=$!
-{ while read -r _ <&3; do :; done; kill -s TERM -- "-$p" || kill -s TERM "$p"; } >/dev/null 2>&1 &
-w=$!
-exec 3<&-
-wait "$p"; rc=$?
-kill "$w" 2>/dev/null
-exit "$rc"
-"""
-_ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-
-
-def remote_command(argv: list[str], env: Mapping[str, str] | None = None, *, guard: bool = True,
-                   merge_stderr: bool = False) -> str:
-    """The exact string sent to sshd for `argv`: built only with shlex.join. `env` becomes an
-    `env K=V` prefix because sshd refuses most variables (AcceptEnv)."""
-    inner = list(argv)
-    if not inner:
-        raise ValueError("empty command")
-    if env:
-        for k, v in env.items():
-            if not _ENV_KEY.match(k):
-                raise ValueError(f"environment variable name {k!r} is not a valid shell name")
-            if "\0" in v:
-                raise ValueError(f"environment variable {k} contains a NUL byte")
-        if "=" in inner[0]:
-            raise ValueError(f"command {inner[0]!r} contains '=' and would be read as a variable by env")
-        inner = ["env", *(f"{k}={v}" for k, v in env.items()), *inner]
-    if guard:
-        inner = ["sh", "-c", _GUARD, "atomdeck", "merge" if merge_stderr else "split", *inner]
-    return shlex.join(inner)
 
 
 # ------------------------------------------------------------------------------------ connection
@@ -319,9 +181,10 @@ class SshConnection:
                 tunnel = await self.jump.get()
             except SshError as exc:
                 raise type(exc)(f"cannot reach {t.describe()}: its jump host failed: {exc}", t.name) from None
-        opts = _resolve(t)
-        kh_paths = _known_hosts_paths(t, opts)
-        kh_data = _read_known_hosts(kh_paths)
+        opts = resolve_config(t)
+        where = describe_resolved(t, opts)
+        kh_paths = known_hosts_paths(t, opts)
+        kh_data = read_known_hosts(kh_paths)
         seen: dict[str, Any] = {}
         kwargs: dict[str, Any] = {
             "config": [t.ssh_config] if t.ssh_config else (), "tunnel": tunnel,
@@ -340,29 +203,29 @@ class SshConnection:
             # backstop for a tunnel channel that never opens.
             return await asyncio.wait_for(asyncssh.connect(t.host, **kwargs), t.connect_timeout_s + 2)
         except asyncssh.HostKeyNotVerifiable as exc:
-            raise _host_key_error(t, opts, seen, kh_paths, kh_data, exc) from None
+            raise host_key_error(t, opts, seen, kh_paths, kh_data, exc) from None
         except asyncssh.PermissionDenied as exc:
             ids = t.identity or "ssh config IdentityFile / ~/.ssh/id_*"
             agent = "`ssh-add -l`" if os.environ.get("SSH_AUTH_SOCK") else "none: SSH_AUTH_SOCK is unset"
             raise SshAuthFailed(
-                f"SSH login to {_desc(t, opts)} was refused ({exc.reason}). Check the user name "
+                f"SSH login to {where} was refused ({exc.reason}). Check the user name "
                 f"({opts['user']}), the identity file ({ids}), the keys in your agent ({agent}), and that "
                 f"the public key is in ~{opts['user']}/.ssh/authorized_keys on {t.name}", t.name) from None
         except asyncssh.ChannelOpenError as exc:
             raise SshUnreachable(
-                f"cannot reach {_desc(t, opts)}: {t.jump.name if t.jump else 'the jump host'} could not "
+                f"cannot reach {where}: {t.jump.name if t.jump else 'the jump host'} could not "
                 f"connect to it ({exc.reason}). Check that {t.name} is up and that sshd listens on port "
                 f"{opts['port']} there", t.name) from None
         except asyncssh.DisconnectError as exc:
-            raise SshUnreachable(f"SSH to {_desc(t, opts)} failed: {exc.reason}", t.name) from None
+            raise SshUnreachable(f"SSH to {where} failed: {exc.reason}", t.name) from None
         except TimeoutError:
             raise SshUnreachable(
-                f"no SSH answer from {_desc(t, opts)} within {t.connect_timeout_s:g} s. Check that the host "
+                f"no SSH answer from {where} within {t.connect_timeout_s:g} s. Check that the host "
                 f"is up and reachable{' from ' + t.jump.name if t.jump else ''}, that port {opts['port']} is "
                 f"sshd, or raise ssh.connect_timeout_s", t.name) from None
         except ConnectionRefusedError:
             raise SshUnreachable(
-                f"cannot connect to {_desc(t, opts)}: connection refused. Check that sshd runs there and "
+                f"cannot connect to {where}: connection refused. Check that sshd runs there and "
                 f"listens on port {opts['port']}", t.name) from None
         except socket.gaierror as exc:
             raise SshUnreachable(
@@ -371,7 +234,7 @@ class SshConnection:
         except (asyncssh.KeyImportError, FileNotFoundError, PermissionError) as exc:
             raise SshConfigError(f"cannot use the SSH key for {t.name}: {exc}. Check ssh.identity", t.name) from None
         except OSError as exc:
-            raise SshUnreachable(f"cannot connect to {_desc(t, opts)}: {exc.strerror or exc}", t.name) from None
+            raise SshUnreachable(f"cannot connect to {where}: {exc.strerror or exc}", t.name) from None
 
     async def close(self) -> None:
         """Close the connection now (in-flight commands fail with SshConnectionLost)."""
@@ -421,81 +284,6 @@ def _client_class() -> type:
     return _CLIENT_CLASS
 
 
-# ------------------------------------------------------------------------------ config and trust
-
-
-def _resolve(t: SshTarget) -> dict[str, Any]:
-    """What the ssh config makes of the target: host, port, user, ProxyJump, UserKnownHostsFile."""
-    import asyncssh
-
-    try:
-        o = asyncssh.SSHClientConnectionOptions(
-            config=[t.ssh_config] if t.ssh_config else (), host=t.host, port=t.port if t.port else (),
-            username=t.user if t.user else (), client_keys=None, known_hosts=None)
-    except (OSError, ValueError, asyncssh.ConfigParseError) as exc:
-        raise SshConfigError(f"cannot read the SSH config for {t.name} ({t.ssh_config or '~/.ssh/config'}): "
-                             f"{exc}", t.name) from None
-    jump = o.tunnel if isinstance(o.tunnel, str) and o.tunnel.lower() != "none" else None
-    return {"host": o.host, "port": o.port, "user": o.username, "proxyjump": jump,
-            "known_hosts": o.config.get("UserKnownHostsFile", ())}
-
-
-def _desc(t: SshTarget, opts: dict[str, Any]) -> str:
-    via = f" via {t.jump.name}" if t.jump else ""
-    label = f"{t.label} " if t.label and t.label != opts["host"] else ""
-    return f"{label}({opts['user']}@{opts['host']}:{opts['port']}{via})" if label else \
-        f"{opts['user']}@{opts['host']}:{opts['port']}{via}"
-
-
-def _known_hosts_paths(t: SshTarget, opts: dict[str, Any]) -> list[str]:
-    if t.known_hosts:
-        return [os.path.expanduser(t.known_hosts)]
-    configured = [os.path.expanduser(p) for p in opts["known_hosts"] if p.lower() != "none"]
-    return configured or [os.path.expanduser(DEFAULT_KNOWN_HOSTS)]
-
-
-def _read_known_hosts(paths: list[str]) -> bytes:
-    # We hand asyncssh the bytes, not the paths: a missing file must mean "no keys trusted", while
-    # asyncssh would treat an empty value as "fall back to ~/.ssh/known_hosts".
-    data = b""
-    for p in paths:
-        with contextlib.suppress(OSError):
-            data += Path(p).read_bytes() + b"\n"
-    return data + b"# atomdeck: end of known hosts\n"
-
-
-def _host_key_error(t: SshTarget, opts: dict[str, Any], seen: dict[str, Any], paths: list[str],
-                    data: bytes, exc: Exception) -> SshError:
-    import asyncssh
-
-    files = " or ".join(paths)
-    key = seen.get("key")
-    if key is None:  # revoked key, certificate problem: asyncssh's reason is the best we have
-        return HostKeyUnknown(f"refusing {t.describe()}: {exc}; check {files}", t.name)
-    host, addr, port = seen["host"], seen.get("addr") or "", seen["port"]
-    fp = key.get_fingerprint("sha256")
-    shown = f"{t.name} ({host})" if t.name != host else host
-    if addr and addr != host:
-        shown += f" [{addr}]"
-    trusted = asyncssh.match_known_hosts(data, host, addr, None if port == 22 else port)[0]
-    entry = host if port == 22 else f"[{host}]:{port}"
-    if trusted:
-        old = ", ".join(dict.fromkeys(k.get_fingerprint("sha256") for k in trusted))
-        return HostKeyChanged(
-            f"REFUSED: the host key of {shown} has CHANGED. {files} has {old}, the server now offers "
-            f"{key.get_algorithm()} {fp}. This is expected only if {t.name} was reinstalled; confirm with its "
-            f"administrator, then remove the old key with: ssh-keygen -R '{entry}' -f {paths[0]} and add "
-            f"the new one with ssh-keyscan as for a new host", t.name)
-    scan = f"ssh-keyscan -p {port} {host}"
-    if t.jump is not None:  # the node may be unreachable from here: scan from the jump host
-        j = _resolve(t.jump)
-        scan = f"ssh -p {j['port']} {j['user']}@{j['host']} {scan}"
-    return HostKeyUnknown(
-        f"REFUSED: the host key of {shown} is not in {files}; check its fingerprint {key.get_algorithm()} "
-        f"{fp} (ask its administrator, or `ssh-keygen -lf /etc/ssh/ssh_host_*_key.pub` on it) and add it "
-        f"with: {scan} >> {paths[0]}", t.name)
-
-
 # ------------------------------------------------------------------------------------------ pool
 
 
@@ -508,7 +296,7 @@ class _Pool:
         if entry is None:
             resolved = target
             if target.jump is None:
-                pj = _resolve(target)["proxyjump"]  # honour ProxyJump from ssh config, pooled
+                pj = resolve_config(target)["proxyjump"]  # honour ProxyJump from ssh config, pooled
                 if pj:
                     if depth > 4:
                         raise SshConfigError(f"ProxyJump loop in the SSH config for {target.name}", target.name)
