@@ -146,9 +146,18 @@ class ConsoleApp(RunControl, App[int]):
         self.version += 1
         self.post_message(DesignChanged(self.version))
 
+    @property
+    def design_screen(self) -> DesignScreen | None:
+        """The design view when it is on top; None under a dialog, on the run views, and while the
+        app is closing (timers and messages can still fire once the screen stack is empty)."""
+        stack = self.screen_stack
+        return stack[-1] if stack and isinstance(stack[-1], DesignScreen) else None
+
     def on_design_changed(self, message: DesignChanged) -> None:
-        if isinstance(self.screen, DesignScreen):
-            self.screen.sync()
+        if not self.screen_stack:  # closing
+            return
+        if (screen := self.design_screen) is not None:
+            screen.sync()
         self.refresh_bindings()
 
     def open_workspace(self, recipe: str, cluster: str) -> None:
@@ -188,8 +197,8 @@ class ConsoleApp(RunControl, App[int]):
         self.post_message(InventoryUpdated(changed, note))
 
     def on_inventory_updated(self, message: InventoryUpdated) -> None:
-        if isinstance(self.screen, DesignScreen):
-            self.screen.inventory_refreshed()
+        if (screen := self.design_screen) is not None:
+            screen.inventory_refreshed()
 
     def _arm_refresh(self) -> None:
         if self._refresh_timer is not None:
@@ -200,6 +209,8 @@ class ConsoleApp(RunControl, App[int]):
 
     def _refresh_tick(self) -> None:
         self._refresh_timer = None
+        if not self.screen_stack:  # closing
+            return
         if self.paused:  # a dialog is open: do not change what it was opened about; look again later
             self._arm_refresh()
         else:
@@ -207,7 +218,7 @@ class ConsoleApp(RunControl, App[int]):
 
     @property
     def paused(self) -> bool:
-        return not isinstance(self.screen, DesignScreen)
+        return self.design_screen is None
 
     def action_refresh_inventory(self) -> None:
         self.refresh_inventory()
@@ -239,7 +250,7 @@ class ConsoleApp(RunControl, App[int]):
         if self.readonly:
             self.notify("read-only console: launching is disabled", severity="warning")
             return
-        if not isinstance(self.screen, DesignScreen):
+        if self.design_screen is None:
             return  # launching starts from the design (3 Preview shows what will run)
         a = self.assessment
         if not a.ok:
@@ -272,7 +283,7 @@ class ConsoleApp(RunControl, App[int]):
         if action == "view":
             return bool(parameters) and parameters[0] in dict(self.views)
         if action == "launch":
-            return not self.readonly and isinstance(self.screen, DesignScreen)
+            return not self.readonly and self.design_screen is not None
         return True
 
     # -- files: export the launch, save the recipe -------------------------------------------

@@ -201,6 +201,19 @@ async def test_inventory_refresh_never_overlaps_and_pauses_under_a_dialog():
         assert state["calls"] > calls
 
 
+async def test_a_refresh_timer_firing_while_the_console_closes_is_ignored():
+    """Seen in CI: the refresh timer fired after the screen stack was emptied on quit and the
+    console died with ScreenStackError instead of closing."""
+    app = make_app(refresh_s=0.01)
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(pilot)
+    assert app.screen_stack == []
+    app._refresh_tick()  # what the timer does when it fires that late
+    assert app.paused and app.design_screen is None and app._refresh_timer is None
+    app.on_inventory_updated(None)  # a refresh finishing late: nothing to redraw, no error
+    app.on_design_changed(None)
+
+
 async def test_a_failing_refresh_keeps_the_nodes_and_says_why():
     fail = {"on": False}
 
