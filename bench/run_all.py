@@ -94,6 +94,10 @@ def table(r: dict) -> str:
                        f"{fmt(k['4_parallel_s'])} / {fmt(k['16_parallel_s'])} (one after another: 16 in "
                        f"{fmt(k['16_sequential_s'])}) | 16 within 2x of 1 | {fmt(k['goal_16_within_2x_of_1'])} "
                        f"({k['16_parallel_s'] / k['1_parallel_s']:.1f}x) |")
+            if "16_parallel_machine_cpu_s" in k:
+                out.append(f"| machine CPU for those starts over {kind}: 1 / 16 processes | "
+                           f"{fmt(k['1_parallel_machine_cpu_s'])} / {fmt(k['16_parallel_machine_cpu_s'])} (16 on "
+                           f"{k['cores']} cores: at best {fmt(k['16_parallel_cpu_floor_s'])}) | | |")
     t = r.get("teardown")
     if t:
         for key, v in t.items():
