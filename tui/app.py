@@ -251,10 +251,15 @@ class ConsoleApp(RunControl, App[int]):
             self.notify("read-only console: launching is disabled", severity="warning")
             return
         if self.design_screen is None:
-            return  # launching starts from the design (3 Preview shows what will run)
+            return  # launching starts from the design, and happens from 3 Preview only
         a = self.assessment
         if not a.ok:
             self.push_screen(MessageDialog("Launch blocked", _blocked_text(a)))
+            return
+        if self.current_mode != "preview":  # nothing runs before its commands were on screen
+            self.action_view("preview")
+            self.notify("Every command that will run, per node. Press L again to launch.", title="Launch",
+                        timeout=6)
             return
         plan = a.plan
         assert plan is not None

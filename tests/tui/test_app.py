@@ -54,8 +54,30 @@ async def test_the_default_launch_handler_is_the_run_engine():
     assert app.launch_handler == app.launch_run
     async with app.run_test(size=SIZE) as pilot:
         await ready(pilot)
-        await pilot.press("L", "n")
+        await pilot.press("3", "L", "n")
         assert app.live is None
+
+
+async def test_launch_happens_from_the_preview_only():
+    """L on the nodes or layout view shows the preview (every command) first; only there does it ask."""
+    got, msgs = [], []
+
+    async def handler(assessment):
+        got.append(assessment)
+
+    app = make_app(launch_handler=handler)
+    async with app.run_test(size=SIZE, message_hook=msgs.append) as pilot:
+        await ready(pilot)
+        for view in ("1", "2"):
+            await pilot.press(view, "L")
+            await pilot.pause()
+            assert isinstance(app.screen, PreviewScreen) and app.current_mode == "preview"
+            assert "Press L again to launch" in "".join(n.message for n in app._notifications)
+        await pilot.press("L")
+        assert isinstance(app.screen, ConfirmDialog)
+        await pilot.press("y")
+        await app.workers.wait_for_complete()
+        assert got == [app.assessment]
 
 
 async def test_readonly_hides_launch():
