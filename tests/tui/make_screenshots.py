@@ -235,23 +235,26 @@ def main(out: Path = ROOT / "screenshots", names: list[str] | None = None, png: 
     written: list[Path] = []
     saved = {k: os.environ.get(k) for k in ("XDG_CONFIG_HOME", "XDG_STATE_HOME")}
     state = Path(tempfile.gettempdir()) / "atomdeck-screenshots"  # a stable path: it shows in the log view
-    with tempfile.TemporaryDirectory() as cfg:
-        os.environ["XDG_CONFIG_HOME"] = cfg  # the user's keymap and theme stay out of the pictures
-        try:
-            for name in names or list(SHOTS):
-                shutil.rmtree(state, ignore_errors=True)
-                os.environ["XDG_STATE_HOME"] = str(state)  # the shown runs, and only those
-                svg = asyncio.run(shoot(name, out))
-                written.append(svg)
-                if png:
-                    written.append(to_png(svg))
-        finally:
+    cfg = Path(tempfile.gettempdir()) / "atomdeck-screenshots-config"  # stable too: the help shows it
+    shutil.rmtree(cfg, ignore_errors=True)
+    cfg.mkdir()
+    os.environ["XDG_CONFIG_HOME"] = str(cfg)  # the user's keymap and theme stay out of the pictures
+    try:
+        for name in names or list(SHOTS):
             shutil.rmtree(state, ignore_errors=True)
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
+            os.environ["XDG_STATE_HOME"] = str(state)  # the shown runs, and only those
+            svg = asyncio.run(shoot(name, out))
+            written.append(svg)
+            if png:
+                written.append(to_png(svg))
+    finally:
+        shutil.rmtree(state, ignore_errors=True)
+        shutil.rmtree(cfg, ignore_errors=True)
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
     return written
 
 

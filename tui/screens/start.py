@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
+from rich.console import Group
+from rich.padding import Padding
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
@@ -67,10 +69,10 @@ class StartScreen(Screen[bool]):
     def _options(paths: list[Path]) -> list[Option]:
         out = []
         for p in paths:
-            line = Text(p.stem, style="bold")
             desc = _describe(p)
-            if desc:
-                line.append(f"\n  {desc}", style="dim")
+            name = Text(p.stem, style="bold")
+            # the description under the name, indented also where it wraps
+            line = Group(name, Padding(Text(desc, style="dim"), (0, 0, 0, 2))) if desc else name
             out.append(Option(line, id=p.stem))
         return out
 
