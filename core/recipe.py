@@ -40,6 +40,8 @@ ROUTER_OWNED = {
     "policy": "set router.policy instead",
     "log-level": "set router.log_level instead",
     "prometheus-port": "set ports.router_prometheus instead",
+    "worker-startup-timeout-secs": "set health.worker_timeout_s instead: the router waits for the workers as long "
+                                   "as atomdeck does",
 }
 
 

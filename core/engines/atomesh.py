@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 from . import Frontend, register_frontend
@@ -16,7 +17,7 @@ class Atomesh(Frontend):
     command = ("atomesh", "launch")
     backend = "atom"
     owned_flags = frozenset({"host", "port", "pd-disaggregation", "prefill", "decode", "worker-urls", "backend",
-                             "policy", "log-level", "prometheus-port"})
+                             "policy", "log-level", "prometheus-port", "worker-startup-timeout-secs"})
 
     def options(self, plan: Plan) -> Options:
         r = plan.recipe
@@ -35,6 +36,10 @@ class Atomesh(Frontend):
         o.set("--backend", self.backend)
         o.set("--log-level", r.router.log_level)
         o.set("--prometheus-port", plan.router.prometheus_port)
+        # AToMesh gives up on the workers after 1800 s by default; a model that loads for longer (the
+        # DeepSeek recipes allow 2500 s) would end in "Timed out waiting for workers" while atomdeck
+        # still waits: the router waits exactly as long as atomdeck's own worker timeout.
+        o.set("--worker-startup-timeout-secs", math.ceil(r.health.worker_timeout_s))
         o.add_recipe_args(r.router.args, "router.args")
         return o
 

@@ -53,6 +53,22 @@ def test_missing_model():
     assert issues("name: t\n") == ["r.yaml:1: model: is required; add it"]
 
 
+def test_the_routers_worker_startup_timeout_follows_health_worker_timeout():
+    """AToMesh's own default (1800 s) would give up on a model atomdeck still waits for (2500 s)."""
+    from atomdeck.core.engines import frontend as get_frontend
+
+    assert issues(BASE + "router:\n  args: {worker_startup_timeout_secs: 3600}\n") == [
+        "r.yaml:4: router.args.worker_startup_timeout_secs: is managed by atomdeck; remove it (set "
+        "health.worker_timeout_s instead: the router waits for the workers as long as atomdeck does)"]
+    assert "worker-startup-timeout-secs" in get_frontend("atomesh").owned_flags
+    from tests.unit.helpers import lab_assess
+
+    a = lab_assess("health: {worker_timeout_s: 3000.5}\n")
+    router = next(p for p in a.processes if p.name == "router")
+    i = router.argv.index("--worker-startup-timeout-secs")
+    assert router.argv[i + 1] == "3001"
+
+
 @pytest.mark.parametrize("spelling", ["server-port", "--server_port", "Server_Port", "tp", "-tp",
                                       "tensor_parallel_size", "--tensor-parallel-size", "model", "host",
                                       "kv_transfer_config", "--kv-transfer-config"])
