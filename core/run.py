@@ -286,32 +286,52 @@ class Run(RunWatching):
 
             async def stop_one(h: ProcHandle) -> StopReport:
                 self.emit(Event("teardown", h.name, "stopping", f"on {h.node}"))
-                (rep,) = await self.launcher.stop([h], grace)
+                try:
+                    (rep,) = await self.launcher.stop([h], grace)
+                except Exception as e:  # one unreachable node must not stop the teardown of the others
+                    rep = StopReport(h.name, h.node, False, f"not verified: could not stop it on {h.node}: {e}; "
+                                     f"run `atomdeck down {self.id}` again once {h.node} answers")
                 self.emit(Event("teardown", h.name, "gone" if rep.ok else "left", rep.detail))
                 if rep.ok and self.state.procs.get(h.name) and self.state.procs[h.name].alive is not False:
                     self.emit(Event("proc.exit", h.name, "stopped", rep.detail))
                 return rep
 
-            reports = list(await asyncio.gather(*(stop_one(h) for h in self.handles.values())))
-            released = await self.launcher.release()
-            for r in released:
-                self.emit(Event("teardown", "allocation", "released", r))
-            ports = sorted({(p.node, p.host, port) for p in self.processes.values() for port in p.ports})
-            results = await asyncio.gather(*(tcp_probe(host, port, 1.0, self.launcher.probe_runner(node))
-                                             for node, host, port in ports))
-            still_open = [f"{node}:{port}" for (node, _, port), res in zip(ports, results) if res == "open"]
-            seen = {(node, port): res for (node, _, port), res in zip(ports, results)}
-            for c in self.state.cells.values():  # the barrier grid shows the ports closing
-                if (c.node, c.port) in seen:
-                    self.emit(Event("cell", c.key, seen[(c.node, c.port)], data={"node": c.node, "port": c.port}))
-            for key in still_open:
-                self.emit(Event("teardown", key, "open", "port still accepting connections"))
-            clean = all(r.ok for r in reports) and not still_open
-            self._set_status("stopped" if clean else "dirty",
-                             "verified clean" if clean else f"not clean: {len(still_open)} port(s) open, "
-                             f"{sum(not r.ok for r in reports)} process(es) left")
-            self.rd.update_meta(stopped=time.time())
-            return TeardownReport(clean, reports, still_open, released)
+            dirty_until_verified = True
+            try:
+                reports = list(await asyncio.gather(*(stop_one(h) for h in self.handles.values())))
+                try:
+                    released, release_failed = await self.launcher.release(), ""
+                except Exception as e:
+                    released, release_failed = [], f"the allocation was not released: {e}"
+                    self.emit(Event("teardown", "allocation", "left", release_failed))
+                report = await self._verify_stopped(reports, released, release_failed)
+                dirty_until_verified = False
+                return report
+            finally:
+                if dirty_until_verified:  # interrupted or failed half-way: never leave the run "stopping"
+                    self._set_status("dirty", "teardown interrupted; run `atomdeck down` again")
+
+    async def _verify_stopped(self, reports: list[StopReport], released: list[str],
+                              release_failed: str) -> TeardownReport:
+        for r in released:
+            self.emit(Event("teardown", "allocation", "released", r))
+        ports = sorted({(p.node, p.host, port) for p in self.processes.values() for port in p.ports})
+        results = await asyncio.gather(*(tcp_probe(host, port, 1.0, self.launcher.probe_runner(node))
+                                         for node, host, port in ports))
+        still_open = [f"{node}:{port}" for (node, _, port), res in zip(ports, results) if res == "open"]
+        seen = {(node, port): res for (node, _, port), res in zip(ports, results)}
+        for c in self.state.cells.values():  # the barrier grid shows the ports closing
+            if (c.node, c.port) in seen:
+                self.emit(Event("cell", c.key, seen[(c.node, c.port)], data={"node": c.node, "port": c.port}))
+        for key in still_open:
+            self.emit(Event("teardown", key, "open", "port still accepting connections"))
+        clean = all(r.ok for r in reports) and not still_open and not release_failed
+        self._set_status("stopped" if clean else "dirty",
+                         "verified clean" if clean else f"not clean: {len(still_open)} port(s) open, "
+                         f"{sum(not r.ok for r in reports)} process(es) not verified gone"
+                         + (f"; {release_failed}" if release_failed else ""))
+        self.rd.update_meta(stopped=time.time())
+        return TeardownReport(clean, reports, still_open, released)
 
     async def close(self) -> None:
         self.save_offsets()

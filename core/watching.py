@@ -315,6 +315,8 @@ class RunWatching:
                     if not self.state.pairs or any(pr.stage == "transferred" for pr in self.state.pairs.values()):
                         break
                     await asyncio.sleep(0.05)
+                if self.stopping or self.torn_down_elsewhere():
+                    return  # a teardown began meanwhile: "serving" must not overwrite "stopping"
                 self.emit_stage("router", "serving")
                 for wname, wp in self.state.procs.items():
                     if wp.role != "router":
@@ -335,6 +337,8 @@ class RunWatching:
             if not st.alive and p is not None and p.alive is not False:
                 value = "stopped" if self.state.status in ("stopping", "stopped") else "failed"
                 self.emit(Event("proc.exit", name, value, st.detail, {"code": st.exit_code}))
+                if value == "failed":
+                    self._fail()  # run.json says so too, not only this status pass
         await asyncio.gather(*(self._drain(n, h) for n, h in self.handles.items()))
         runner_for = self.launcher.probe_runner
         cells = list(self.state.cells.values())

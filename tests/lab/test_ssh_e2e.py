@@ -132,3 +132,27 @@ def test_worker_killed_on_its_node_is_reported_within_two_seconds_over_ssh(lab):
         assert state.procs["prefill-0"].alive is not False  # the other processes are still watched
     finally:
         assert teardown(run.id).clean
+
+
+def test_a_node_unreachable_during_teardown_does_not_stop_the_others(lab):
+    """One node's cable pulled: `down` still stops every other node, says which one it could not verify,
+    records the run as dirty (never stuck at "stopping"), and a second `down` once it answers is clean."""
+    run, state = serve(workspace("demo-2p1d", "lab-ssh"))
+    decode = run.handles["decode-0"].node
+    others = set(run.plan.selection.all()) - {decode}
+    lab.link_down(decode)
+    try:
+        t0 = time.monotonic()
+        report = teardown(run.id)
+        took = time.monotonic() - t0
+        assert not report.clean
+        (left,) = [r for r in report.processes if not r.ok]
+        assert left.name == "decode-0" and "could not stop it on" in left.detail and "again" in left.detail
+        assert not set(run_pids(lab, run.id)) & others  # every reachable node stopped
+        assert Run.open(run.id).rd.meta()["status"] == "dirty"
+        assert took < 30, f"teardown took {took:.1f}s with one node unreachable"
+    finally:
+        lab.link_up(decode)
+    report = teardown(run.id)
+    assert report.clean, report.lines()
+    assert run_pids(lab, run.id) == {} and open_ports(run) == []
