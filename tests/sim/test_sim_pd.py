@@ -145,6 +145,10 @@ def test_2p1d_dp_attention_uses_both_prefills_and_stays_small(spawn):
         assert json.loads(body)["choices"][0]["text"] == expected_text(prompt, 4)
         if all("[PRODUCER] Received write_request" in p.text() for p in procs[:2]):
             break
+    # the producer logs "write-done sent" just after sending it: the reply may arrive before the line does
+    deadline = time.monotonic() + 5
+    while not all("[PRODUCER] write-done sent for req" in p.text() for p in procs[:2]) and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert all("[PRODUCER] write-done sent for req" in p.text() for p in procs[:2]), "both prefills served"
 
 
