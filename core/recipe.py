@@ -41,7 +41,7 @@ ROUTER_OWNED = {
     "log-level": "set router.log_level instead",
     "prometheus-port": "set ports.router_prometheus instead",
     "worker-startup-timeout-secs": "set health.worker_timeout_s instead: the router waits for the workers as long "
-                                   "as atomdeck does",
+                                   "as atomdeck does, plus health.router_timeout_s",
 }
 
 

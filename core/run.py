@@ -300,7 +300,7 @@ class Run(RunWatching):
             try:
                 reports = list(await asyncio.gather(*(stop_one(h) for h in self.handles.values())))
                 try:
-                    released, release_failed = await self.launcher.release(), ""
+                    released, release_failed = await self.launcher.release(list(self.plan.selection.all())), ""
                 except Exception as e:
                     released, release_failed = [], f"the allocation was not released: {e}"
                     self.emit(Event("teardown", "allocation", "left", release_failed))

@@ -38,8 +38,9 @@ class Atomesh(Frontend):
         o.set("--prometheus-port", plan.router.prometheus_port)
         # AToMesh gives up on the workers after 1800 s by default; a model that loads for longer (the
         # DeepSeek recipes allow 2500 s) would end in "Timed out waiting for workers" while atomdeck
-        # still waits: the router waits exactly as long as atomdeck's own worker timeout.
-        o.set("--worker-startup-timeout-secs", math.ceil(r.health.worker_timeout_s))
+        # still waits. The router never gives up before atomdeck does (workers, then the router), so
+        # a hang is diagnosed by atomdeck, naming the node and port, not by the router's summary.
+        o.set("--worker-startup-timeout-secs", math.ceil(r.health.worker_timeout_s + r.health.router_timeout_s))
         o.add_recipe_args(r.router.args, "router.args")
         return o
 

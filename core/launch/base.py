@@ -10,6 +10,7 @@ from __future__ import annotations
 import abc
 from collections.abc import AsyncIterator
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 from ..commands import ProcessSpec
 from ..shell import Runner
@@ -78,6 +79,14 @@ class Launcher(abc.ABC):
         self.run_id = run_id
         self.run_dir = run_dir
 
+    def _record(self, facts: dict) -> None:
+        """Write facts into the run's run.json now (not when prepare() returns), so that a session that
+        dies half-way leaves enough on disk for `atomdeck down` to find what it took."""
+        from ..rundir import RunDir
+
+        if (Path(self.run_dir) / "run.json").exists():
+            RunDir(Path(self.run_dir)).update_meta(**facts)
+
     async def prepare(self, plan, processes: list[ProcessSpec]) -> dict:
         """Get ready to start the plan's processes (an allocation, remote directories, pre-flight checks).
 
@@ -116,8 +125,10 @@ class Launcher(abc.ABC):
     async def stop(self, handles: list[ProcHandle], grace: float) -> list[StopReport]:
         """SIGTERM every process (in parallel), SIGKILL what is left after `grace`, verify each is gone."""
 
-    async def release(self) -> list[str]:
-        """Give back what prepare() took (e.g. cancel the holding job); returns what was done."""
+    async def release(self, nodes: list[str] | None = None) -> list[str]:
+        """Give back what prepare() took (e.g. cancel the holding job) and sweep `nodes` (the run's
+        nodes: a process whose start was cut short has no handle, but may be running); returns what
+        was done."""
         return []
 
     def probe_runner(self, node: str | None = None) -> Runner:

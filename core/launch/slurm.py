@@ -64,12 +64,12 @@ class SlurmLauncher(Launcher):
     # ------------------------------------------------------------------------------------ allocation
     async def prepare(self, plan, processes: list[ProcessSpec]) -> dict:
         nodes = list(plan.selection.all())
-        if self.job_id:
-            await self._check_given_job(nodes)
-        else:
-            await self._submit(nodes)
-        facts = {"job_id": self.job_id, "job_owned": self.job_owned, "shared_dir": self.shared_dir}
         try:
+            if self.job_id:
+                await self._check_given_job(nodes)
+            else:
+                await self._submit(nodes)  # interrupted while the job waits to start: released below
+            facts = {"job_id": self.job_id, "job_owned": self.job_owned, "shared_dir": self.shared_dir}
             await self._mkdir_shared()
             facts["nic"] = await self._preflight(plan, processes)
         except BaseException:
@@ -119,6 +119,8 @@ class SlurmLauncher(Launcher):
                                 f"{said.splitlines()[-1] if said else f'exit {res.rc}'}")
         self.job_id = res.stdout.strip().split(";")[0]
         self.job_owned = True
+        # on disk at once: if this session dies while the job waits to start, `atomdeck down` finds it
+        self._record({"job_id": self.job_id, "job_owned": True})
         deadline = time.monotonic() + JOB_START_TIMEOUT
         last = ""
         while time.monotonic() < deadline:
@@ -129,7 +131,6 @@ class SlurmLauncher(Launcher):
             if q.ok and not last:
                 break  # it ended already
             await asyncio.sleep(0.2)
-        await self.release()
         raise AtomdeckError(f"the holding job {self.job_id} did not start ({last or 'it ended'}); "
                             "check the partition and the nodes' state")
 
@@ -304,7 +305,7 @@ class SlurmLauncher(Launcher):
         steps = await self._steps_now(max_age=0.2)
         return h.name in steps
 
-    async def release(self) -> list[str]:
+    async def release(self, nodes: list[str] | None = None) -> list[str]:
         """Verify no process of the run is left on any node, then cancel the holding job (if ours)."""
         done: list[str] = []
         if not self.job_id:

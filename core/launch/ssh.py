@@ -276,7 +276,7 @@ class SshLauncher(Launcher):
 
         return list(await asyncio.gather(*(one(h) for h in handles)))
 
-    async def release(self) -> list[str]:
+    async def release(self, nodes: list[str] | None = None) -> list[str]:
         """Sweep every node of the run for leftovers of this run (by environment marker)."""
         out = []
 
@@ -289,8 +289,7 @@ class SshLauncher(Launcher):
                 out.append(f"{node}: no process of the run left" if res.ok else
                            f"{node}: could not check ({res.explain()})")
 
-        nodes = sorted(self._runners)
-        await asyncio.gather(*(sweep(n) for n in nodes))
+        await asyncio.gather(*(sweep(n) for n in sorted({*(nodes or ()), *self._runners})))
         return sorted(out)
 
     def probe_runner(self, node: str | None = None) -> Runner:

@@ -186,3 +186,33 @@ def test_slurm_driven_through_the_login_host_over_ssh(lab):
         report = teardown(run.id)
     assert report.clean, report.lines()
     assert squeue_job(job) == "" and run_pids(lab, run.id) == {} and open_ports(run) == []
+
+
+def test_a_session_killed_while_its_allocation_waits_leaves_a_job_that_down_finds(lab):
+    """The holding job's id is on disk from sbatch on: a console killed while the job is still PENDING
+    (every node busy) does not leave an allocation nobody knows about."""
+    blocker = subprocess.run(["sbatch", "--parsable", "-N4", "--exclusive", "-o", "/dev/null", "--wrap", "sleep 300"],
+                             capture_output=True, text=True, check=True).stdout.strip().split(";")[0]
+    try:
+        assert wait_for(lambda: squeue_job(blocker) == "RUNNING", 20)
+        t0 = time.time()
+        env = {**os.environ, "ATOMDECK_SIM_SPEED": SPEED}
+        p = subprocess.Popen([sys.executable, "-m", "atomdeck.core.cli", "up", "demo-1p1d", "--cluster", "lab"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+        try:
+            meta = wait_for(lambda: next((m for m in Run.list() if m.get("created", 0) >= t0 and m.get("job_id")),
+                                         None), 30)
+            assert meta, "the holding job's id never reached run.json"
+            job = meta["job_id"]
+            assert squeue_job(job) == "PENDING"
+        finally:
+            os.kill(p.pid, signal.SIGKILL)
+            p.wait()
+        assert squeue_job(job) == "PENDING"  # the session is gone, its allocation request is not
+        down = cli("down", meta["id"])
+        assert down.returncode == 0, down.stdout + down.stderr
+        assert "cancelled" in down.stdout
+        assert squeue_job(job) == ""
+    finally:
+        subprocess.run(["scancel", blocker], check=False)
+        wait_for(lambda: squeue_job(blocker) == "", 20)

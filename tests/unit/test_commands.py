@@ -47,7 +47,7 @@ DSV4_DECODE = [
 DSV4_ROUTER = ["atomesh", "launch", "--host", "0.0.0.0", "--port", "30000", "--pd-disaggregation",
                "--prefill", "http://10.77.0.11:8010", "--decode", "http://10.77.0.12:8020", "--policy", "random",
                "--backend", "atom", "--log-level", "info", "--prometheus-port", "29100",
-               "--worker-startup-timeout-secs", "2500", "--disable-health-check", "--disable-circuit-breaker"]
+               "--worker-startup-timeout-secs", "2800", "--disable-health-check", "--disable-circuit-breaker"]
 DSV4_ENV = {"ATOM_HOST_IP": "10.77.0.11", "PYTHONUNBUFFERED": "1", "ATOM_MOE_GU_ITLV": "1",
             "AITER_BF16_FP8_MOE_BOUND": "0",
             "LD_LIBRARY_PATH": "/opt/venv/lib/python3.10/site-packages/mooncake:/opt/rocm/lib",

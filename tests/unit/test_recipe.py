@@ -59,14 +59,15 @@ def test_the_routers_worker_startup_timeout_follows_health_worker_timeout():
 
     assert issues(BASE + "router:\n  args: {worker_startup_timeout_secs: 3600}\n") == [
         "r.yaml:4: router.args.worker_startup_timeout_secs: is managed by atomdeck; remove it (set "
-        "health.worker_timeout_s instead: the router waits for the workers as long as atomdeck does)"]
+        "health.worker_timeout_s instead: the router waits for the workers as long as atomdeck does, plus "
+        "health.router_timeout_s)"]
     assert "worker-startup-timeout-secs" in get_frontend("atomesh").owned_flags
     from tests.unit.helpers import lab_assess
 
-    a = lab_assess("health: {worker_timeout_s: 3000.5}\n")
+    a = lab_assess("health: {worker_timeout_s: 3000.5, router_timeout_s: 300}\n")
     router = next(p for p in a.processes if p.name == "router")
     i = router.argv.index("--worker-startup-timeout-secs")
-    assert router.argv[i + 1] == "3001"
+    assert router.argv[i + 1] == "3301"  # never before atomdeck's own verdict (workers, then router)
 
 
 @pytest.mark.parametrize("spelling", ["server-port", "--server_port", "Server_Port", "tp", "-tp",
