@@ -252,6 +252,8 @@ class ConsoleApp(RunControl, App[int]):
             return
         if self.design_screen is None:
             return  # launching starts from the design, and happens from 3 Preview only
+        if self.refuse_while_launching("launch again"):
+            return
         a = self.assessment
         if not a.ok:
             self.push_screen(MessageDialog("Launch blocked", _blocked_text(a)))
@@ -281,8 +283,10 @@ class ConsoleApp(RunControl, App[int]):
             self.notify("launching is wired in by the run engine; nothing was started", title="Launch",
                         severity="warning", timeout=6)
             return
-        self.run_worker(self.launch_handler(message.assessment), group="launch", exclusive=True,
-                        exit_on_error=False)
+        if self.refuse_while_launching("launch again"):
+            return
+        # not exclusive: a second launch must never cancel the first half-way (it is refused instead)
+        self.run_worker(self.launch_handler(message.assessment), group="launch", exit_on_error=False)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "view":

@@ -41,10 +41,20 @@ class RunControl:
     def _init_run_control(self) -> None:
         self.live = None
         self.launching = ""  # what the run view says while Run.launch works
+        self._quit_armed = False  # q pressed once during a launch
         self.quit_message = None  # what quitting printed (the run left running)
         self._watch_worker = None
         self._watcher = None
         self._pulsed = ()
+
+    def refuse_while_launching(self, what: str) -> bool:
+        """True (and says so) while Run.launch works: a second launch, opening or tearing down another
+        run meanwhile would cancel it half-way or race it for the run view."""
+        if self.launching:
+            self.notify(f"a launch is in progress; {what} when it has started (4 Run shows it)",
+                        title="Launching", severity="warning")
+            return True
+        return False
 
     async def launch_run(self, a: Assessment) -> None:
         """The default launch handler: core's Run.launch (in the launch worker), then watch it."""
@@ -66,7 +76,7 @@ class RunControl:
         try:
             run = await Run.launch(self.workspace, a)
         except Exception as e:  # every refusal is shown, none crashes the console
-            self.launching = ""
+            self.launching, self._quit_armed = "", False
             self._poke()
             findings = getattr(e, "findings", None)
             if findings:
@@ -74,7 +84,7 @@ class RunControl:
             else:
                 self.push_screen(MessageDialog("Launch failed", Text(str(e) or type(e).__name__)))
             return
-        self.launching = ""
+        self.launching, self._quit_armed = "", False
         self.attach(run)
         if before is not None and before.running:
             self.notify(f"run {before.id} keeps running (not watched now); 5 Runs lists it", title="Launched")
@@ -149,6 +159,8 @@ class RunControl:
         if self.live is not None and self.live.teardown_running:
             self.notify("a teardown is running; wait for it before opening another run", severity="warning")
             return None
+        if self.refuse_while_launching("open another run"):
+            return None
         try:
             run = Run.open(run_id)
         except Exception as e:  # a damaged run directory is reported, not fatal
@@ -178,6 +190,8 @@ class RunControl:
         from .screens.teardown import TeardownScreen, plan_text
 
         live = self.live
+        if self.refuse_while_launching("tear down"):
+            return
         if run_id is not None and (live is None or live.id != run_id):
             live = await self._open_run(run_id)
         if live is None:
@@ -256,7 +270,16 @@ class RunControl:
         come back to it or stop it."""
         live = self.live
         message = None
-        if live is not None and live.running and live.state.status not in ("stopped",):
+        if self.launching and not self._quit_armed:
+            self._quit_armed = True
+            self.notify("a launch is in progress. Press q again to interrupt it and quit: an allocation it "
+                        "holds is released; what it already started stays until `atomdeck down`",
+                        title="Launching", severity="warning", timeout=8)
+            return
+        if self.launching:
+            message = Text.assemble(("atomdeck: ", "bold"), "the launch was interrupted. `atomdeck runs` lists it; "
+                                    "stop what it started with ", ("atomdeck down RUN", "bold"))
+        elif live is not None and live.running and live.state.status not in ("stopped",):
             procs = live.running
             message = Text.assemble(
                 ("atomdeck: ", "bold"), f"run {live.id} is still running ({len(procs)} processes on "

@@ -347,3 +347,33 @@ def test_atomdeck_without_arguments_opens_the_demo(monkeypatch):
     assert main(["tui", "--cluster", "local"]) == 0
     assert seen[-1]._ask  # a cluster without a recipe opens the Open screen
     assert main(["tui", "--recipe", "no-such-recipe"]) == 2  # reported before the screen opens
+
+
+async def test_a_launch_in_progress_is_never_cancelled_by_a_second_launch_or_a_single_q():
+    gate, calls = asyncio.Event(), []
+
+    async def slow(assessment):  # a launch that waits, as one does for a Slurm allocation
+        calls.append(assessment)
+        app.launching = "Launching … waiting for the allocation"
+        try:
+            await gate.wait()
+        finally:
+            app.launching = ""
+
+    app = make_app(launch_handler=slow)
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(pilot)
+        await pilot.press("3", "L", "y")
+        await pilot.pause()
+        assert len(calls) == 1 and app.launching
+        await pilot.press("L")
+        await pilot.pause()
+        assert not isinstance(app.screen, ConfirmDialog)
+        assert any("a launch is in progress" in n.message for n in app._notifications)
+        await pilot.press("q")  # once: only a warning, the launch goes on
+        await pilot.pause()
+        assert app.is_running and app.launching and not gate.is_set()
+        assert any("Press q again" in n.message for n in app._notifications)
+        gate.set()
+        await app.workers.wait_for_complete()
+        assert len(calls) == 1 and not app.launching
