@@ -219,3 +219,36 @@ def _max_seqs(plan: Plan, procs: list[ProcessSpec], _c: Catalog | None) -> list[
                                f"remove it (atomdeck uses {max(conc)}) or set it to {max(conc)} or more"))
             break
     return out
+
+
+# What a role's switches must put on the worker's command line. DP attention also shapes the plan (one
+# Mooncake handshake listener per DP rank, so the barrier expects tp of them): a worker started without
+# the flag opens one and the barrier hangs.
+PARALLEL_FLAGS = (("dp_attention", "DP attention", "--enable-dp-attention", "tp_dp_flags"),
+                  ("expert_parallel", "expert parallelism", "--enable-expert-parallel", "ep_dp_flags"),
+                  ("mtp", "MTP", "--method", "mtp_flags"))
+
+
+@rule("parallel-flags")
+def _parallel_flags(plan: Plan, procs: list[ProcessSpec], catalog: Catalog | None) -> list[Finding]:
+    """A role asks for DP attention, EP or MTP but no flag for it reaches the command (the model catalog
+    has no entry for the model, or its entry gives no such flags): the switch would be silently dropped."""
+    recipe = plan.recipe
+    entry = catalog.lookup(recipe)[0] if catalog is not None else None
+    where = f"the model catalog entry '{entry}'" if entry else f"no model catalog entry (model {recipe.model.path})"
+    specs = dict(recipe.roles())
+    out, seen = [], set()
+    for p in procs:
+        spec = specs.get(p.role)
+        if spec is None or p.role in seen:
+            continue
+        key = "aggregate" if p.role == "worker" else p.role
+        for attr, what, flag, catalog_key in PARALLEL_FLAGS:
+            if getattr(spec, attr) and flag not in p.argv:
+                seen.add(p.role)
+                out.append(Finding("parallel-flags", "error",
+                                   f"{key} asks for {what} but {p.name}'s command has no {flag}: {where} gives no "
+                                   f"flags for it, so the workers would run without it", f"{key}.{attr}",
+                                   f"add {catalog_key} to the model's catalog entry (or name one with "
+                                   f"model.catalog), pass {flag} in {key}.args, or turn {key}.{attr} off"))
+    return out

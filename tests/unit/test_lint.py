@@ -168,3 +168,15 @@ def test_every_registered_rule_has_a_test():
     for rule_id in RULES:
         assert f'"{rule_id}"' in src, rule_id
     assert isinstance(ModelEntry(), ModelEntry)
+
+
+def test_dp_attention_ep_or_mtp_asked_for_but_no_flag_reaches_the_command():
+    """A model without a catalog entry: DP attention, EP and MTP would be silently dropped."""
+    found = check("parallel-flags", "decode: {dp_attention: true, expert_parallel: true, mtp: 2}\n",
+                  model="/models/Kimi-K2")
+    assert {f.key for f in found} == {"decode.dp_attention", "decode.expert_parallel", "decode.mtp"}
+    assert all(f.severity == "error" and "no model catalog entry" in f.message for f in found)
+    ok = lab_assess("decode: {dp_attention: true, expert_parallel: true, mtp: 2}\n")  # DeepSeek: in the catalog
+    assert "parallel-flags" not in rules_of(ok)
+    by_args = lab_assess("decode: {dp_attention: true, args: {enable-dp-attention: true}}\n", model="/models/Kimi-K2")
+    assert "parallel-flags" not in rules_of(by_args)
