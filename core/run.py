@@ -299,11 +299,23 @@ class Run(RunWatching):
             dirty_until_verified = True
             try:
                 reports = list(await asyncio.gather(*(stop_one(h) for h in self.handles.values())))
+                problems: list[str] = []
+                containers: dict[str, list[str]] = {}
+                for p in self.processes.values():
+                    if p.container:
+                        containers.setdefault(p.node, []).append(p.container)
+                if containers:  # before the allocation goes: Slurm reaches the nodes through it
+                    for done, line in await self.launcher.remove_containers(containers):
+                        self.emit(Event("teardown", "containers", "removed" if done else "left", line))
+                        if not done:
+                            problems.append(line)
                 try:
-                    released, release_failed = await self.launcher.release(list(self.plan.selection.all())), ""
+                    released = await self.launcher.release(list(self.plan.selection.all()))
                 except Exception as e:
-                    released, release_failed = [], f"the allocation was not released: {e}"
-                    self.emit(Event("teardown", "allocation", "left", release_failed))
+                    released = []
+                    problems.append(f"the allocation was not released: {e}")
+                    self.emit(Event("teardown", "allocation", "left", problems[-1]))
+                release_failed = "; ".join(problems)
                 report = await self._verify_stopped(reports, released, release_failed)
                 dirty_until_verified = False
                 return report

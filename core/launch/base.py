@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..commands import ProcessSpec
-from ..shell import Runner
+from ..shell import Result, Runner
 
 # $1 = exit-code file; the rest is the command. The marker in $0 lets teardown check a PID is ours.
 SUPERVISOR = r'''ef=$1; shift
@@ -130,6 +130,32 @@ class Launcher(abc.ABC):
         nodes: a process whose start was cut short has no handle, but may be running); returns what
         was done."""
         return []
+
+    async def node_run(self, node: str, argv: list[str], timeout: float = 60) -> Result:
+        """Run a short command on a node (here, for the local launcher)."""
+        from ..shell import LocalRunner
+
+        return await LocalRunner().run(argv, timeout=timeout)
+
+    async def remove_containers(self, by_node: dict[str, list[str]]) -> list[tuple[bool, str]]:
+        """`docker rm -f` the run's containers on every node, as InferenceX's teardown does: stopping the
+        `docker run` client (SIGKILL after the grace period) does not stop its container, which would
+        keep the node's GPUs. Returns (done, what happened) per node."""
+        import asyncio
+
+        async def one(node: str, names: list[str]) -> tuple[bool, str]:
+            try:
+                res = await self.node_run(node, ["docker", "rm", "-f", *names])
+            except Exception as e:
+                return False, f"{node}: could not remove containers {', '.join(names)}: {e}"
+            removed = [n for n in names if n in res.stdout.split()]
+            errors = [ln for ln in res.stderr.splitlines() if ln.strip() and "No such container" not in ln]
+            if res.ok or not errors:  # a container already gone is what we want
+                return True, (f"{node}: containers removed: {', '.join(removed)}" if removed else
+                              f"{node}: no container left")
+            return False, f"{node}: docker rm -f {' '.join(names)} failed: {errors[-1]}"
+
+        return list(await asyncio.gather(*(one(n, names) for n, names in sorted(by_node.items()))))
 
     def probe_runner(self, node: str | None = None) -> Runner:
         """Where probes of node ports run from (here, or through an SSH connection)."""

@@ -305,6 +305,10 @@ class SlurmLauncher(Launcher):
         steps = await self._steps_now(max_age=0.2)
         return h.name in steps
 
+    async def node_run(self, node: str, argv: list[str], timeout: float = 60):
+        """A short command on a node: an `srun --overlap` step in the holding job."""
+        return await self.runner.run(self._srun(node, "atomdeck-cmd", argv, output=None), timeout=timeout)
+
     async def release(self, nodes: list[str] | None = None) -> list[str]:
         """Verify no process of the run is left on any node, then cancel the holding job (if ours)."""
         done: list[str] = []

@@ -276,6 +276,9 @@ class SshLauncher(Launcher):
 
         return list(await asyncio.gather(*(one(h) for h in handles)))
 
+    async def node_run(self, node: str, argv: list[str], timeout: float = 60):
+        return await self.shell(node).run(argv, timeout=timeout)
+
     async def release(self, nodes: list[str] | None = None) -> list[str]:
         """Sweep every node of the run for leftovers of this run (by environment marker)."""
         out = []
