@@ -92,6 +92,13 @@ def recipe_findings(recipe: Recipe, cluster: Cluster, catalog: Catalog | None) -
             f"clients will ask for '{recipe.model.served_name}' but ATOM serves the literal --model value "
             f"'{recipe.model.path}' (the router answers 503 for any other name)",
             "model.served_name", f"remove it, or set it to '{recipe.model.path}'"))
+    unused = ["aggregate"] if recipe.mode == "disagg" else ["prefill", "decode"]
+    for section in unused:
+        if getattr(recipe, section) != type(recipe).model_fields[section].get_default(call_default_factory=True):
+            out.append(Finding("mode-sections", "warning",
+                               f"the {section} section is ignored: the recipe's mode is {recipe.mode}",
+                               "mode", f"remove {section}, or set mode: "
+                                       f"{'aggregate' if section == 'aggregate' else 'disagg'}"))
     for role, spec in recipe.roles():
         key = "aggregate" if role == "worker" else role
         gpn = cluster.gpus_per_node

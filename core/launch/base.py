@@ -24,7 +24,7 @@ trap 'kill -TERM "$child" 2>/dev/null' TERM
 trap 'kill -INT "$child" 2>/dev/null' INT
 wait "$child"; rc=$?
 while kill -0 "$child" 2>/dev/null; do wait "$child"; rc=$?; done
-echo "$rc" > "$ef"
+echo "$rc" > "$ef.$$" && mv -f "$ef.$$" "$ef"
 exit "$rc"'''
 
 

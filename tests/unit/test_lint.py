@@ -180,3 +180,11 @@ def test_dp_attention_ep_or_mtp_asked_for_but_no_flag_reaches_the_command():
     assert "parallel-flags" not in rules_of(ok)
     by_args = lab_assess("decode: {dp_attention: true, args: {enable-dp-attention: true}}\n", model="/models/Kimi-K2")
     assert "parallel-flags" not in rules_of(by_args)
+
+
+def test_a_section_the_mode_ignores_is_pointed_out():
+    (f,) = check("mode-sections", "aggregate: {workers: 3}\n")
+    assert f.severity == "warning" and "aggregate section is ignored" in f.message and "mode: aggregate" in f.fix
+    found = check("mode-sections", "mode: aggregate\naggregate: {workers: 2}\ndecode: {dp_attention: true}\n")
+    assert [f.message for f in found] == ["the decode section is ignored: the recipe's mode is aggregate"]
+    assert "mode-sections" not in rules_of(lab_assess())
