@@ -47,6 +47,13 @@ class RunControl:
         self._watcher = None
         self._pulsed = ()
 
+    def show_run_view(self) -> None:
+        """Switch to the run view, dropping screens left on it for another run (a log view of the
+        run watched before: its listeners are gone, it would show that run frozen)."""
+        self.switch_mode("run")
+        while len(self.screen_stack) > 1 and getattr(self.screen, "live", self.live) is not self.live:
+            self.pop_screen()
+
     def refuse_while_launching(self, what: str) -> bool:
         """True (and says so) while Run.launch works: a second launch, opening or tearing down another
         run meanwhile would cancel it half-way or race it for the run view."""
@@ -69,7 +76,7 @@ class RunControl:
         self.launching = (f"Launching {a.recipe.name} ({plan.shape}) on {a.cluster.name}: checking that the ports "
                           f"are free, then starting {len(a.processes)} processes on {len(plan.nodes)} nodes …")
         await self.detach()
-        self.switch_mode("run")
+        self.show_run_view()
         self._poke()
         from ..core.run import Run
 
@@ -149,7 +156,7 @@ class RunControl:
     def open_run(self, run_id: str) -> None:
         """Reattach to a run (Runs view, or `--run`): Run.open, then watch it unless it is over."""
         if self.live is not None and self.live.id == run_id:
-            self.switch_mode("run")
+            self.show_run_view()
             return
         self.run_worker(self._open_run(run_id), group="attach", exclusive=True, exit_on_error=False)
 
@@ -168,7 +175,7 @@ class RunControl:
             return None
         await self.detach()
         live = self.attach(run, watch=run.state.status not in LiveRun.OVER)
-        self.switch_mode("run")
+        self.show_run_view()
         return live
 
     def open_logs(self, names: list[str], node: str | None = None) -> None:

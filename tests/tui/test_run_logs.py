@@ -12,6 +12,7 @@ import time
 from atomdeck.tui.logtext import MAX_CELLS
 from atomdeck.tui.screens.dialogs import InputDialog
 from atomdeck.tui.screens.logs import LogScreen
+from atomdeck.tui.screens.run import RunScreen
 from atomdeck.tui.widgets.barrier_grid import BarrierGrid
 from textual.widgets import Input
 
@@ -254,3 +255,20 @@ async def test_run_views_are_usable_at_100x30():
         await pilot.press("escape", "5")
         assert app.screen.query_one("#runs-table").region.height >= 10
         app.export_screenshot()
+
+
+async def test_opening_another_run_does_not_show_the_previous_runs_log():
+    """A log view left open on the run view belonged to the run watched before: reattaching to another
+    run from 5 Runs shows that run, not the old log (frozen, its listeners gone)."""
+    app = make_app()
+    async with app.run_test(size=BIG) as pilot:
+        first, _, _ = await open_log(pilot, "hung")
+        other = fake_run("serving", run_id="20261129-000000-demo-1p1d-other")
+        await pilot.press("5")
+        await pilot.pause()
+        app.open_run(other.id)
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        assert app.live.id == other.id
+        assert isinstance(app.screen, RunScreen), app.screen
+        assert app.screen.query_one("#proc-table").display
