@@ -154,10 +154,7 @@ class LogScreen(Screen):
             out.append(" PAUSED ", style=f"bold #000000 on {var_color(app, 'warning', 'yellow')}")
             if log.pending:
                 out.append(f"  +{log.pending:,} new lines", style="bold")
-            out.append("  (End or F follows)", style="dim")
-        out.append(f"  ·  {len(log.lines):,} lines on screen (last {self.keep:,})", style="dim")
-        out.append(f"  ·  wrap {'on' if log.wrap else 'off'}", style="dim")
-        if log.search:
+        if log.search:  # first after the badge: the status line is cut at the right on narrow terminals
             found = log.matches()
             if found:
                 pos = f"{found.index(log.current) + 1}/" if log.current in found else ""
@@ -165,6 +162,10 @@ class LogScreen(Screen):
             else:
                 out.append(f"  ·  '{log.search}': no match in the lines on screen",
                            style=var_color(app, "text-error"))
+        if not log.follow:
+            out.append("  (End or F follows)", style="dim")
+        out.append(f"  ·  {len(log.lines):,} lines on screen (last {self.keep:,})", style="dim")
+        out.append(f"  ·  wrap {'on' if log.wrap else 'off'}", style="dim")
         self._set("#log-status", out)
 
     def on_log_lines_follow_changed(self, event: LogLines.FollowChanged) -> None:
