@@ -17,6 +17,7 @@ from .watch.logs import classify
 from .watch.probes import http_get, http_post, tcp_probe
 
 _TARGET = re.compile(r"\bto (?:tcp://)?(\[[0-9a-fA-F:]+\]|[\w.-]+):(\d+)")
+_CONSUMER = re.compile(r"\b(?:consumer=|Consumer )(\[[0-9a-fA-F:]+\]|[\w.-]+?)(?::\d+)?[\s,)]")
 
 
 async def cancel_all(tasks: list[asyncio.Task]) -> None:
@@ -144,6 +145,12 @@ class RunWatching:
                     self._decode_target[name] = ep.name
         if role == "decode" and name in self._decode_target:
             pairs = [pr for pr in pairs if pr.prefill == self._decode_target[name]] or pairs
+        if role == "prefill" and len(pairs) > 1:
+            # a producer's line names its consumer only sometimes ("consumer=10.0.0.3:15571"); without
+            # it, it could be about any of the prefill's decodes: leave those to the decode-side lines
+            consumer = _CONSUMER.search(line)
+            hosts = {ep.name: ep.host for ep in self.plan.role_endpoints("decode")}
+            pairs = [pr for pr in pairs if consumer and hosts.get(pr.decode) == consumer.group(1).strip("[]")]
         if value == "request":
             return
         for pr in pairs:

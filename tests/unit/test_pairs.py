@@ -1,0 +1,45 @@
+"""Handshake pairs are credited from the log lines that name them: with one prefill and two decodes, a
+producer's line that does not say which consumer it served must not mark both pairs."""
+
+from __future__ import annotations
+
+from atomdeck.core.edit import set_field
+from atomdeck.core.events import new_state
+from atomdeck.core.run import Run
+from atomdeck.core.rundir import RunDir
+from atomdeck.core.session import load_workspace
+
+
+def one_prefill_two_decodes() -> Run:
+    ws = load_workspace("demo-1p1d", "local")
+    ws.inventory = ws.cluster.static_inventory()
+    ws.recipe = set_field(ws.recipe, "decode.workers", 2)
+    a = ws.assess()
+    plan = a.plan
+    rd = RunDir.create("20261129-000000-pairs-0001")
+    pairs = [(p.name, d.name) for p in plan.role_endpoints("prefill") for d in plan.role_endpoints("decode")]
+    state = new_state(rd.id, [(p.name, p.role, p.node) for p in a.processes], [], pairs)
+    return Run(rd, plan.recipe, plan.cluster, plan, a.processes, None, state)  # type: ignore[arg-type]
+
+
+def stages(run: Run) -> dict[str, str]:
+    return {k: pr.stage for k, pr in run.state.pairs.items()}
+
+
+def test_a_producer_line_without_its_consumer_credits_no_pair_of_several():
+    run = one_prefill_two_decodes()
+    assert len(run.state.pairs) == 2
+    before = stages(run)
+    run._on_line("prefill-0", "[atom 12:00:00] [PRODUCER] write-done sent for req 0")
+    assert stages(run) == before  # could be about either decode: left to the decode-side lines
+
+
+def test_the_consumer_named_in_a_producer_line_or_the_decodes_own_line_credits_only_its_pair():
+    run = one_prefill_two_decodes()
+    d0, d1 = (ep for ep in run.plan.role_endpoints("decode"))
+    run._on_line("prefill-0", f"[atom 12:00:00] [PRODUCER] Consumer {d1.host}:15571 has NO registered buffers.")
+    got = stages(run)
+    assert [k for k, v in got.items() if v == "failed"] == [k for k in got if d1.name in k]
+    run._on_line(d0.name, "[atom 12:00:01] [CONSUMER] Write-done received for req 3, done_recving now: {3}")
+    got = stages(run)
+    assert [k for k, v in got.items() if v == "transferred"] == [k for k in got if d0.name in k]
