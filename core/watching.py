@@ -252,13 +252,13 @@ class RunWatching:
             if pr.stage == "waiting" and all(reg):
                 self.emit(Event("pair", pr.key, "both_registered", "both sides registered their KV memory"))
             if pr.stage == "both_registered":
-                ep = self.plan.endpoint(pr.prefill)
-                runner = self.launcher.probe_runner(self.plan.endpoint(pr.decode).node)  # the decode side's view
+                ep, decode_node = self.plan.endpoint(pr.prefill), self.plan.endpoint(pr.decode).node
+                runner = self.launcher.probe_runner(decode_node)  # as near the decode side as the launcher gets
                 results = await asyncio.gather(*(tcp_probe(ep.host, port, 1.0, runner) for port in ep.handshake_ports))
                 if all(r == "open" for r in results):
                     self.emit(Event("pair", pr.key, "ports_reachable",
                                     f"{ep.host}:{ep.handshake_ports[0]}-{ep.handshake_ports[-1]} reachable from "
-                                    f"{pr.decode}'s node"))
+                                    f"{self.launcher.probe_vantage(decode_node)}"))
 
     async def _router_checks(self) -> None:
         """Once the router's port is open: /readiness, /workers, /v1/models, then one smoke completion."""

@@ -157,6 +157,10 @@ class Launcher(abc.ABC):
 
         return list(await asyncio.gather(*(one(n, names) for n, names in sorted(by_node.items()))))
 
+    def probe_vantage(self, node: str) -> str:
+        """Where a probe of `node`'s view really runs from, for messages ("reachable from ...")."""
+        return "this machine"
+
     def probe_runner(self, node: str | None = None) -> Runner:
         """Where probes of node ports run from (here, or through an SSH connection)."""
         from ..shell import LocalRunner

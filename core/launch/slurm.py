@@ -359,6 +359,11 @@ class SlurmLauncher(Launcher):
             return {n: f"unknown: {e}" for n in nodes}
         return {n.name: n.why_unhealthy() for n in inv}
 
+    def probe_vantage(self, node: str) -> str:
+        if self.local_control or self.cluster.login is None:
+            return "this machine"
+        return f"the login host {self.cluster.login.host}"
+
     def probe_runner(self, node: str | None = None) -> Runner:
         return self.runner if not self.local_control else LocalRunner()
 

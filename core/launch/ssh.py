@@ -295,6 +295,11 @@ class SshLauncher(Launcher):
         await asyncio.gather(*(sweep(n) for n in sorted({*(nodes or ()), *self._runners})))
         return sorted(out)
 
+    def probe_vantage(self, node: str) -> str:
+        if self.cluster.login and self.cluster.ssh.via_login:
+            return node  # the node's sshd opens the connection (direct-tcpip)
+        return "this machine"
+
     def probe_runner(self, node: str | None = None) -> Runner:
         """Probes go through the node's own SSH connection (direct-tcpip) when nodes are reached through
         the login host, so a laptop outside the cluster network can still watch the barrier."""

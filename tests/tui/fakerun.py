@@ -155,7 +155,7 @@ def fake_run(scenario: str = "serving", recipe: str = "demo-1p1d", run_id: str |
         at(0.76, "run", value="failed", detail=diagnose(run.state, T0 + 0.76).headline)
     if scenario == "serving":
         at(0.95, "pair", "prefill-0>decode-0", "both_registered", "both sides registered their KV memory")
-        at(0.96, "pair", "prefill-0>decode-0", "ports_reachable", "127.0.0.11:6301-6308 reachable from decode-0's node")
+        at(0.96, "pair", "prefill-0>decode-0", "ports_reachable", "127.0.0.11:6301-6308 reachable from this machine")
         at(1.0, "proc.stage", "router", "workers_registered")
         for p in workers:
             at(1.0, "proc.stage", p.name, "registered")
