@@ -142,7 +142,7 @@ def launcher_wrap(plan: Plan, ctx: LaunchContext, node: str, name: str, log: str
     kind = plan.cluster.launcher
     if kind == "slurm":
         return ["srun", "--jobid", ctx.job_id or "$JOBID", "--overlap", "-w", node, "-N1", "-n1",
-                f"--job-name={name}", f"--output={log}", *inner]
+                f"--job-name={name}", f"--output={log}", "--kill-on-bad-exit=1", *inner]
     if kind == "ssh":
         hop = ["-J", ctx.login] if ctx.login else []
         return ["ssh", *hop, node, "--", shell_line(inner)]

@@ -259,3 +259,24 @@ def _parallel_flags(plan: Plan, procs: list[ProcessSpec], catalog: Catalog | Non
                                    f"add {catalog_key} to the model's catalog entry (or name one with "
                                    f"model.catalog), pass {flag} in {key}.args, or turn {key}.{attr} off"))
     return out
+
+
+@rule("node-ip")
+def _node_ip(plan: Plan, procs: list[ProcessSpec], _c: Catalog | None) -> list[Finding]:
+    """ATOM advertises ATOM_HOST_IP and Mooncake's proxy_ip to its peers: an IP address (InferenceX takes
+    `hostname -I`). A node known only by name (offline planning, or a Slurm NodeAddr equal to the name)
+    puts the name there instead; it works only where every peer resolves it to the right interface."""
+    import ipaddress
+
+    out = []
+    for node in sorted({ep.node: ep.host for ep in plan.endpoints}.items()):
+        name, host = node
+        try:
+            ipaddress.ip_address(host.strip("[]"))
+        except ValueError:
+            out.append(Finding("node-ip", "warning",
+                               f"{name}'s address is the name '{host}', not an IP: ATOM_HOST_IP and the Mooncake "
+                               "proxy_ip will carry it (the peers must resolve it to the RDMA-reachable interface)",
+                               "cluster.nodes", f"give {name} its IP (Slurm NodeAddr, or nodes: - {{name: {name}, "
+                                                "addr: IP}} in the cluster file)", node=name))
+    return out

@@ -71,10 +71,10 @@ def test_dsv4_1p1d_exact_argv_env_and_wrappers():
     assert procs["router"].argv == DSV4_ROUTER
     assert procs["prefill-0"].env == DSV4_ENV
     launch = procs["prefill-0"].launch_argv
-    assert launch[:11] == ["srun", "--jobid", "4242", "--overlap", "-w", G + "1", "-N1", "-n1",
-                           "--job-name=prefill-0", "--output=logs/prefill-0.log", "docker"]
-    assert launch[11:17] == ["run", "--rm", "--init", "--stop-timeout", "10", "--name"]
-    assert launch[17] == "container_atom_ops_DeepSeek-V4-Pro_4242_prefill-0"
+    assert launch[:12] == ["srun", "--jobid", "4242", "--overlap", "-w", G + "1", "-N1", "-n1",
+                           "--job-name=prefill-0", "--output=logs/prefill-0.log", "--kill-on-bad-exit=1", "docker"]
+    assert launch[12:18] == ["run", "--rm", "--init", "--stop-timeout", "10", "--name"]
+    assert launch[18] == "container_atom_ops_DeepSeek-V4-Pro_4242_prefill-0"
     assert "-v" in launch and "/it-share/data:/models" in launch  # mia1* -> /it-share/data at /models
     assert launch[-len(DSV4_PREFILL) - 3:-len(DSV4_PREFILL)] == ["--entrypoint", "", "rocm/atom:latest"]
     assert launch[-len(DSV4_PREFILL):] == DSV4_PREFILL

@@ -188,3 +188,12 @@ def test_a_section_the_mode_ignores_is_pointed_out():
     found = check("mode-sections", "mode: aggregate\naggregate: {workers: 2}\ndecode: {dp_attention: true}\n")
     assert [f.message for f in found] == ["the decode section is ignored: the recipe's mode is aggregate"]
     assert "mode-sections" not in rules_of(lab_assess())
+
+
+def test_a_node_known_only_by_name_is_pointed_out():
+    from .helpers import LAB
+
+    found = check("node-ip", cluster=LAB + "node_ip: {method: name}\n")
+    assert {f.node for f in found} == {G + "1", G + "2"}
+    assert all(f.severity == "warning" and "not an IP" in f.message and "NodeAddr" in f.fix for f in found)
+    assert "node-ip" not in rules_of(lab_assess())  # NodeAddr holds the IPs
