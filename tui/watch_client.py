@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 from typing import TYPE_CHECKING
 
@@ -32,10 +33,20 @@ class WatchProcess:
     def pid(self) -> int | None:
         return self.proc.pid if self.proc else None
 
+    @property
+    def stderr_path(self):
+        return self.run.rd.path / "watcher.log"
+
     async def start(self) -> None:
-        self.proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "atomdeck.tui.watcher", self.run.id, stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, limit=LIMIT)
+        # stderr to a file, not a pipe nobody reads until the end: a watcher that logs more than a pipe
+        # holds (64 KiB of repeated tracebacks) would block on its next write and stop watching
+        fd = os.open(self.stderr_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            self.proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "atomdeck.tui.watcher", self.run.id, stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE, stderr=fd, limit=LIMIT)
+        finally:
+            os.close(fd)
 
     async def pump(self) -> None:
         """Read reports until the watcher ends; the run keeps running whatever happens here."""
@@ -51,8 +62,12 @@ class WatchProcess:
             self.handle(msg)
         code = await self.proc.wait()
         if code not in (0, -15) and not self.error:
-            err = (await self.proc.stderr.read()).decode(errors="replace").strip() if self.proc.stderr else ""
-            self.error = f"the watcher exited {code}" + (f": {err.splitlines()[-1]}" if err else "")
+            try:
+                err = self.stderr_path.read_text(errors="replace").strip()
+            except OSError:
+                err = ""
+            self.error = f"the watcher exited {code}" + (f": {err.splitlines()[-1]}" if err else "") + \
+                f" (its log: {self.stderr_path})"
 
     def handle(self, msg: dict) -> None:
         run = self.run
