@@ -377,3 +377,17 @@ async def test_a_launch_in_progress_is_never_cancelled_by_a_second_launch_or_a_s
         gate.set()
         await app.workers.wait_for_complete()
         assert len(calls) == 1 and not app.launching
+
+
+async def test_a_long_confirmation_scrolls_and_keeps_its_buttons_on_screen_at_100x30():
+    """A teardown plan of a big run lists many processes: the buttons must stay reachable."""
+    app = make_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await ready(pilot)
+        body = "\n".join(f"  decode-{i}    pid {4000 + i}    ports 8020    running" for i in range(40))
+        app.push_screen(ConfirmDialog("Tear down run X?", body, yes="Tear down"))
+        await pilot.pause()
+        for button in ("#yes", "#no"):
+            region = app.screen.query_one(button).region
+            assert region.height > 0 and region.bottom <= 30, (button, region)
+        assert app.screen.query_one("#no").has_focus

@@ -28,7 +28,8 @@ class ConfirmDialog(ModalScreen[bool]):
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog-box"):
             yield Static(Text(self.title_text), classes="dialog-title")
-            yield Static(_plain(self.message), classes="dialog-body")
+            with VerticalScroll(classes="dialog-scroll"):  # a long teardown plan scrolls; the buttons stay
+                yield Static(_plain(self.message), classes="dialog-body")
             with Horizontal(classes="dialog-buttons"):
                 yield Button(f"{self.yes_label} (y)", id="yes", variant="error" if self.danger else "primary")
                 yield Button(f"{self.no_label} (n)", id="no")
