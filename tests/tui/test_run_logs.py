@@ -250,9 +250,11 @@ async def test_run_views_are_usable_at_100x30():
             assert region.height >= 2 and region.bottom <= 29, (wid, region)
         assert "demo-n02 :8020 not open" in text_of(screen.query_one("#run-head"))
         await pilot.press("enter")
+        await pilot.pause(0.2)  # laid out (a busy machine lags)
         assert isinstance(app.screen, LogScreen) and app.screen.logview.region.height >= 20
         app.export_screenshot()
         await pilot.press("escape", "5")
+        await pilot.pause(0.2)
         assert app.screen.query_one("#runs-table").region.height >= 10
         app.export_screenshot()
 
