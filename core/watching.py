@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from .diagnose import diagnose
 from .events import TERMINAL, WORKER_STAGES, Event, RunState
@@ -39,13 +39,17 @@ class RunWatching:
 
     async def watch(self, until: Callable[[RunState], bool] | None = None, timeout: float | None = None) -> RunState:
         """Watch every process, port and check until `until(state)` holds, the timeout passes, or cancelled."""
-        tasks = [asyncio.create_task(self._watch_proc(name), name=f"proc:{name}") for name in self.handles]
+        keep = self._keep_going
+        tasks = [asyncio.create_task(keep(f"watching {name}", lambda n=name: self._watch_proc(n)), name=f"proc:{name}")
+                 for name in self.handles]
         self.prober = BarrierProber(list(self.state.cells.values()), self.launcher.probe_runner,
                                     self._expected_soon, self._owner_alive, self._on_cell)
-        tasks += [asyncio.create_task(self.prober.run_node(n), name=f"probe:{n}") for n in self.prober.by_node]
-        tasks += [asyncio.create_task(self._router_checks(), name="router"),
-                  asyncio.create_task(self._ticker(), name="ticker"),
-                  asyncio.create_task(self._node_health(), name="nodes")]
+        prober = self.prober
+        tasks += [asyncio.create_task(keep(f"probing {n}", lambda n=n: prober.run_node(n)), name=f"probe:{n}")
+                  for n in prober.by_node]
+        tasks += [asyncio.create_task(keep("router checks", self._router_checks), name="router"),
+                  asyncio.create_task(keep("timeouts", self._ticker), name="ticker"),
+                  asyncio.create_task(keep("node health", self._node_health), name="nodes")]
         conn_hook = getattr(self.launcher, "on_connection_state", None)
         if conn_hook is not None:
             conn_hook(lambda node, state, reason: self.emit(Event("conn", node, "ok" if state == "up" else state,
@@ -69,9 +73,25 @@ class RunWatching:
             self.save_offsets()
         return self.state
 
+    async def _keep_going(self, what: str, factory: Callable[[], Awaitable[None]], first_delay: float = 1.0) -> None:
+        """Run a watcher; if it fails (an SSH connection to the login host dropped under a `cat` or a
+        `squeue`), say so and run it again with back-off, instead of watching nothing from then on
+        while the run still looks watched. Logs resume from the saved offsets: no line twice."""
+        delay = first_delay
+        while True:
+            try:
+                await factory()
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                self.emit(Event("note", what, detail=f"{what} failed ({e}); trying again in {delay:g}s"))
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 15.0)
+
     async def _watch_proc(self, name: str) -> None:
         h = self.handles[name]
-        tail = asyncio.create_task(self._tail(name, h))
+        tail = asyncio.create_task(self._keep_going(f"reading {name}'s log", lambda: self._tail(name, h)))
         try:
             p = self.state.procs[name]
             if p.alive is False and p.stage in TERMINAL:
