@@ -142,6 +142,7 @@ class Run(RunWatching):
             run._set_status("failed")
         else:
             run.emit(Event("run", value="starting", detail=f"{len(processes)} processes started"))
+            rd.update_meta(status="starting")  # `atomdeck runs` says so even when nobody watches it
         return run
 
     @classmethod

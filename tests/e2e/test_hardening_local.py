@@ -137,3 +137,17 @@ def test_secrets_never_reach_the_run_directory_or_shown_lines(runs):
     shown = _cli("logs", run.id, "--process", "decode-0").stdout
     assert "HF_TOKEN=***" in shown and secret not in shown
     assert 'HF_TOKEN="${HF_TOKEN}"' in (run.rd.path / "commands.sh").read_text()
+
+
+def test_a_run_nobody_watches_is_listed_as_starting_not_launching():
+    up = _cli("up", "demo-1p1d")
+    assert up.returncode == 0, up.stderr
+    run_id = up.stdout.strip().splitlines()[0]
+    try:
+        (meta,) = [m for m in Run.list() if m["id"] == run_id]
+        assert meta["status"] == "starting"
+        listed = json.loads(_cli("runs", "--json").stdout)
+        assert any(r["id"] == run_id and r["status"] == "starting" for r in listed), listed
+    finally:
+        down = _cli("down", run_id)
+    assert down.returncode == 0, down.stdout + down.stderr
