@@ -78,15 +78,15 @@ def test_wrong_kv_role_makes_the_router_exit_1(spawn):
 def test_handshake_refuse_fails_the_request_quickly(spawn):
     prefill, decode, router = pd(spawn, "127.0.26", {"ATOMSIM_HANDSHAKE": "refuse"})
     wait_http("http://127.0.26.2:30000/readiness", proc=router)
-    assert "Mooncake write listener bound to tcp://*:6301" in prefill.text(), "claims it, never opens it"
+    prefill.wait_line("Mooncake write listener bound to tcp://*:6301", timeout=5)
     assert not port_open("127.0.26.2", 6301)
     started = time.monotonic()
     status, body = completion("http://127.0.26.2:30000")
     assert time.monotonic() - started < 10
     assert status == 500 and b"KV transfer failed" in body
-    assert "[CONSUMER] Failed to send write_request for req 0 to tcp://127.0.26.2:6301: Connection refused" \
-        in decode.text()
-    assert "ATOM decode http://127.0.26.3:8020 returned error status=500 Internal Server Error" in router.text()
+    decode.wait_line("[CONSUMER] Failed to send write_request for req 0 to tcp://127.0.26.2:6301: Connection refused",
+                     timeout=5)
+    router.wait_line("ATOM decode http://127.0.26.3:8020 returned error status=500 Internal Server Error", timeout=5)
 
 
 def test_handshake_break_fails_the_transfer_with_mooncake_lines(spawn):
@@ -96,13 +96,13 @@ def test_handshake_break_fails_the_transfer_with_mooncake_lines(spawn):
     status, body = completion("http://127.0.27.2:30000")
     assert time.monotonic() - started < 10
     assert status == 500 and b"delivered wrong bytes" in body
-    text = prefill.text()
+    text = prefill.wait_line("[PRODUCER] write-done sent for req 0", timeout=5)
     assert_in_order(text, ["[PRODUCER] Received write_request for req 0", "Connection refused",
                            "[PRODUCER] block RDMA chunk error -1 for req 0", "[PRODUCER] block transfer failed for req 0",
                            "[PRODUCER] write-done sent for req 0"])
     assert "SocketHandShakePlugin: connect()127.0.27.3:1: Connection refused [111]" in text, "Mooncake's glog line"
-    assert "[CONSUMER] KV checksum mismatch for req 0" in decode.text()
-    assert "returned error status=500" in router.text()
+    decode.wait_line("[CONSUMER] KV checksum mismatch for req 0", timeout=5)
+    router.wait_line("returned error status=500", timeout=5)
 
 
 def test_handshake_lose_times_out_on_both_sides(spawn):
@@ -118,8 +118,8 @@ def test_handshake_lose_times_out_on_both_sides(spawn):
     status, body = completion(f"http://{d_ip}:8020", kv_transfer_params=params)
     assert status == 500 and b"timed out" in body
     assert time.monotonic() - started < 6
-    assert "[PRODUCER] Timed out waiting for prefill data for transfer_id=0" in prefill.text()
-    assert "[CONSUMER] Timed out waiting for write-done for req 0" in decode.text()
+    prefill.wait_line("[PRODUCER] Timed out waiting for prefill data for transfer_id=0", timeout=5)
+    decode.wait_line("[CONSUMER] Timed out waiting for write-done for req 0", timeout=5)
 
 
 def test_flood_rate_is_roughly_right(spawn):
@@ -154,7 +154,7 @@ def test_crash_at_serving_and_crash_after(spawn):
     except OSError:
         pass
     assert first.wait_exit(10) == 1
-    assert "RuntimeError: EngineCore encountered an issue" in first.text()
+    first.wait_line("RuntimeError: EngineCore encountered an issue", timeout=5)
 
     later = spawn.worker("later", "127.0.23.9", 8010, None, ATOMSIM_CRASH_AFTER="0.5")
     wait_http("http://127.0.23.9:8010/health", proc=later)
@@ -182,5 +182,6 @@ def test_dead_prefill_gives_502_with_atomesh_message(spawn):
     wait_http("http://127.0.31.2:30000/readiness", proc=router)
     status, body = completion("http://127.0.31.2:30000")
     assert status == 502 and b"Prefill server error" in body
-    assert "ERROR mesh::routers::http_pd_router: ATOM prefill http://127.0.31.2:8010 request_id=xfer-" in router.text()
-    assert "failed: error sending request for url (http://127.0.31.2:8010/v1/completions)" in router.text()
+    router.wait_line("ERROR mesh::routers::http_pd_router: ATOM prefill http://127.0.31.2:8010 request_id=xfer-",
+                     timeout=5)
+    router.wait_line("failed: error sending request for url (http://127.0.31.2:8010/v1/completions)", timeout=5)
