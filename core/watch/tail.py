@@ -63,9 +63,14 @@ async def follow(path: str, offset: int = 0, interval: float = 0.05,
             line_start = pos - len(pending)
             pos += len(chunk)
             lines, pending = split_lines(pending + chunk)
-            for raw, used in lines:
+            for i, (raw, used) in enumerate(lines, 1):
                 line_start += used
                 yield line_start, decode(raw)
+                if i % 256 == 0:
+                    # a 4 MB backlog is ~30,000 lines, each classified by the consumer between yields:
+                    # let the loop run (probes, other tails) every few hundred, or a 1 s probe
+                    # timeout expires in a stalled loop while the port is open
+                    await asyncio.sleep(0)
             idle = interval
             await asyncio.sleep(0)  # a file that never stops growing must not starve the event loop
             continue
