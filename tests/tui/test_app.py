@@ -28,13 +28,19 @@ def footer_actions(app) -> set[str]:
     return {k.action for k in app.screen.query("FooterKey")}
 
 
-async def test_launch_asks_then_hands_the_assessment_to_the_handler():
-    got, msgs = [], []
+def recording_app(**kw):
+    """An app whose launch handler only records what it was handed."""
+    got: list = []
 
     async def handler(assessment):
         got.append(assessment)
 
-    app = make_app(launch_handler=handler)
+    return make_app(launch_handler=handler, **kw), got
+
+
+async def test_launch_asks_then_hands_the_assessment_to_the_handler():
+    msgs = []
+    app, got = recording_app()
     async with app.run_test(size=SIZE, message_hook=msgs.append) as pilot:
         await ready(pilot)
         await pilot.press("3", "L")
@@ -60,13 +66,8 @@ async def test_the_default_launch_handler_is_the_run_engine():
 
 async def test_launch_happens_from_the_preview_only():
     """L on the nodes or layout view shows the preview (every command) first; only there does it ask."""
-    got, msgs = [], []
-
-    async def handler(assessment):
-        got.append(assessment)
-
-    app = make_app(launch_handler=handler)
-    async with app.run_test(size=SIZE, message_hook=msgs.append) as pilot:
+    app, got = recording_app()
+    async with app.run_test(size=SIZE) as pilot:
         await ready(pilot)
         for view in ("1", "2"):
             await pilot.press(view, "L")
