@@ -297,7 +297,6 @@ class Run(RunWatching):
                     self.emit(Event("proc.exit", h.name, "stopped", rep.detail))
                 return rep
 
-            dirty_until_verified = True
             try:
                 reports = list(await asyncio.gather(*(stop_one(h) for h in self.handles.values())))
                 problems: list[str] = []
@@ -316,16 +315,13 @@ class Run(RunWatching):
                     released = []
                     problems.append(f"the allocation was not released: {e}")
                     self.emit(Event("teardown", "allocation", "left", problems[-1]))
-                release_failed = "; ".join(problems)
-                report = await self._verify_stopped(reports, released, release_failed)
-                dirty_until_verified = False
-                return report
-            finally:
-                if dirty_until_verified:  # interrupted or failed half-way: never leave the run "stopping"
-                    self._set_status("dirty", "teardown interrupted; run `atomdeck down` again")
+                return await self._verify_stopped(reports, released, "; ".join(problems))
+            except BaseException:  # interrupted or failed half-way: never leave the run "stopping"
+                self._set_status("dirty", "teardown interrupted; run `atomdeck down` again")
+                raise
 
     async def _verify_stopped(self, reports: list[StopReport], released: list[str],
-                              release_failed: str) -> TeardownReport:
+                              problems: str) -> TeardownReport:
         for r in released:
             self.emit(Event("teardown", "allocation", "released", r))
         ports = sorted({(p.node, p.host, port) for p in self.processes.values() for port in p.ports})
@@ -338,11 +334,11 @@ class Run(RunWatching):
                 self.emit(Event("cell", c.key, seen[(c.node, c.port)], data={"node": c.node, "port": c.port}))
         for key in still_open:
             self.emit(Event("teardown", key, "open", "port still accepting connections"))
-        clean = all(r.ok for r in reports) and not still_open and not release_failed
+        clean = all(r.ok for r in reports) and not still_open and not problems
         self._set_status("stopped" if clean else "dirty",
                          "verified clean" if clean else f"not clean: {len(still_open)} port(s) open, "
                          f"{sum(not r.ok for r in reports)} process(es) not verified gone"
-                         + (f"; {release_failed}" if release_failed else ""))
+                         + (f"; {problems}" if problems else ""))
         self.rd.update_meta(stopped=time.time())
         return TeardownReport(clean, reports, still_open, released)
 
