@@ -268,7 +268,7 @@ def _watcher_pid(console: int) -> int | None:
     """The console's watcher process (core's Run.watch runs there, see tui/watcher.py)."""
     for c in _children(console):
         try:
-            if b"atomdeck.tui.watcher" in Path(f"/proc/{c}/cmdline").read_bytes():
+            if b"atomdeck.core.cli.watcher" in Path(f"/proc/{c}/cmdline").read_bytes():
                 return c
         except OSError:
             pass
@@ -294,7 +294,7 @@ def _gaps(log: Path) -> tuple[int, int]:
 
 
 def flood(seconds: float = 30.0, presses: int = 50) -> dict:
-    from atomdeck.core.run import Run
+    from atomdeck.core.run.run import Run
 
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)

@@ -14,11 +14,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from atomdeck.core.cluster import parse_cluster
-from atomdeck.core.events import Event
-from atomdeck.core.recipe import parse_recipe
-from atomdeck.core.run import Run
-from atomdeck.core.session import Workspace, load_workspace
+from atomdeck.core.config.cluster import parse_cluster
+from atomdeck.core.config.recipe import parse_recipe
+from atomdeck.core.design.workspace import Workspace, load_workspace
+from atomdeck.core.run.events import Event
+from atomdeck.core.run.run import Run
 from common import save, summary
 
 WORKERS = 4
@@ -60,7 +60,7 @@ async def tcp_poll(host: str, port: int, every: float, found: dict, key: str, t0
 
 async def http_poll(host: str, port: int, every: float, found: dict, key: str) -> None:
     """server_atom.sh: curl -sf --max-time 10 /health every 10 s; started at a random phase."""
-    from atomdeck.core.watch.probes import http_get
+    from atomdeck.core.remote.probes import http_get
 
     await asyncio.sleep(random.uniform(0, every))
     while key not in found:

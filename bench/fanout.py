@@ -8,12 +8,12 @@ import os
 import tempfile
 import time
 
-from atomdeck.core.cluster import load_cluster
-from atomdeck.core.commands import ProcessSpec
+from atomdeck.core.config.cluster import load_cluster
+from atomdeck.core.config.paths import find_cluster
+from atomdeck.core.design.commands import ProcessSpec
 from atomdeck.core.launch.slurm import SlurmLauncher
 from atomdeck.core.launch.ssh import SshLauncher
-from atomdeck.core.paths import find_cluster
-from atomdeck.core.rundir import RunDir, new_run_id
+from atomdeck.core.run.rundir import RunDir, new_run_id
 from common import save
 
 NODES = ["mia1-p01-g01", "mia1-p01-g02", "mia1-p01-g03", "mia1-p01-g04"]

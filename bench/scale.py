@@ -8,13 +8,13 @@ import subprocess
 import sys
 import time
 
-from atomdeck.core.catalog import load_catalog
-from atomdeck.core.cluster import parse_cluster
-from atomdeck.core.commands import LaunchContext
-from atomdeck.core.inventory import Node
-from atomdeck.core.lint import assess
-from atomdeck.core.paths import catalog_path
-from atomdeck.core.recipe import parse_recipe
+from atomdeck.core.config.catalog import load_catalog
+from atomdeck.core.config.cluster import parse_cluster
+from atomdeck.core.config.paths import catalog_path
+from atomdeck.core.config.recipe import parse_recipe
+from atomdeck.core.design.commands import LaunchContext
+from atomdeck.core.design.inventory import Node
+from atomdeck.core.design.lint import assess
 from common import ROOT, save
 
 
@@ -40,7 +40,7 @@ def cli_time(args: list[str], reps: int = 5) -> float:
     times = []
     for _ in range(reps):
         t0 = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "atomdeck.core.cli", *args], capture_output=True, cwd=ROOT, check=True)
+        subprocess.run([sys.executable, "-m", "atomdeck.core.cli.main", *args], capture_output=True, cwd=ROOT, check=True)
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
 

@@ -9,8 +9,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from atomdeck.core.run import Run
-from atomdeck.core.session import load_workspace
+from atomdeck.core.design.workspace import load_workspace
+from atomdeck.core.run.run import Run
 from common import save
 
 

@@ -8,8 +8,9 @@ import os
 import tempfile
 import time
 
-from atomdeck.core.run import Run
-from atomdeck.core.session import fetch_inventory, load_workspace
+from atomdeck.core.design.workspace import load_workspace
+from atomdeck.core.run.inventory import fetch_inventory
+from atomdeck.core.run.run import Run
 from common import save
 
 GRACE = 5.0

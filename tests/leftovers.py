@@ -5,7 +5,7 @@ from __future__ import annotations
 import socket
 
 from atomdeck.core.launch.local import group_members
-from atomdeck.core.run import Run
+from atomdeck.core.run.run import Run
 
 
 def alive(run: Run) -> list[str]:

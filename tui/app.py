@@ -1,3 +1,5 @@
+# Long file: the App wires the screens, the design state, settings and the run controller together;
+# screens and widgets live in their own modules.
 """The atomdeck console: design a P/D deployment (nodes, layout, every command), launch it, watch
 it come up, read its logs, tear it down.
 
@@ -22,11 +24,12 @@ from textual.app import App, SystemCommand
 from textual.screen import Screen
 from textual.timer import Timer
 
-from ..core.cluster import Cluster
-from ..core.design import Design
-from ..core.inventory import Node
-from ..core.lint import Assessment
-from ..core.session import Workspace, fetch_inventory, load_workspace, offline_nodes
+from ..core.config.cluster import Cluster
+from ..core.design.draft import Design
+from ..core.design.inventory import Node
+from ..core.design.lint import Assessment
+from ..core.design.workspace import Workspace, load_workspace, offline_nodes
+from ..core.run.inventory import fetch_inventory
 from . import bindings
 from .live import LiveRun
 from .messages import DesignChanged, InventoryUpdated, LaunchRequested
@@ -39,7 +42,7 @@ from .screens.run import RunScreen
 from .screens.runs import RunsScreen
 
 if TYPE_CHECKING:
-    from ..core.run import Run
+    from ..core.run.run import Run
 
 DEMO_CLUSTER = "local"
 DEMO_RECIPE = "demo-1p1d"
@@ -95,7 +98,7 @@ class ConsoleApp(RunControl, App[int]):
         self._init_run_control()  # the attached run (one at a time): see run_control.py
         self._initial_run: Run | None = None
         if run_id:
-            from ..core.run import Run
+            from ..core.run.run import Run
 
             self._initial_run = Run.open(run_id)
 
@@ -306,7 +309,7 @@ class ConsoleApp(RunControl, App[int]):
 
         def done(path: str | None) -> None:
             if path:
-                from ..core.export import export_script
+                from ..core.design.export import export_script
 
                 errors = len(a.errors())
                 self.write_file(Path(path), export_script(a), executable=True, what="launch script",
@@ -412,7 +415,7 @@ def _blocked_text(a: Assessment) -> Text:
 
 
 def _is_shipped(path: Path) -> bool:
-    from ..core.paths import recipes_dir
+    from ..core.config.paths import recipes_dir
 
     try:
         return path.expanduser().resolve().is_relative_to(recipes_dir().resolve())
@@ -421,7 +424,7 @@ def _is_shipped(path: Path) -> bool:
 
 
 def _settings_path() -> Path:
-    from ..core.paths import config_dir
+    from ..core.config.paths import config_dir
 
     return config_dir() / "console.yaml"
 
@@ -449,9 +452,9 @@ def _write_settings(values: dict) -> None:
 
 def _run_design(run_id: str) -> tuple[str | None, str | None]:
     """`--run` without a recipe: design views show the run's recipe and cluster when they can be found."""
-    from ..core.errors import AtomdeckError
-    from ..core.paths import find_cluster, find_recipe
-    from ..core.run import Run
+    from ..core.config.errors import AtomdeckError
+    from ..core.config.paths import find_cluster, find_recipe
+    from ..core.run.run import Run
 
     try:
         meta = next((m for m in Run.list() if m.get("id") == run_id or str(m.get("id", "")).startswith(run_id)), {})

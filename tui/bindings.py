@@ -10,7 +10,7 @@ from pathlib import Path
 
 from textual.binding import Binding
 
-from ..core.paths import config_dir
+from ..core.config.paths import config_dir
 
 
 def _b(key: str, action: str, description: str, id: str, show: bool = True, priority: bool = False,

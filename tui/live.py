@@ -18,11 +18,11 @@ from itertools import islice
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..core.events import Event, RunState
+from ..core.run.events import Event, RunState
 from .logtext import read_tail
 
 if TYPE_CHECKING:
-    from ..core.run import Run, TeardownReport
+    from ..core.run.run import Run, TeardownReport
 
 KEEP_LINES = 5_000  # per process, in memory; the full log stays on disk
 OVER = ("stopped",)  # nothing left to watch

@@ -11,7 +11,7 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
-from ..core.watch.logs import HIGHLIGHT  # noqa: F401 - re-exported: the one list of lines to highlight
+from ..core.run.classify import HIGHLIGHT  # noqa: F401 - re-exported: the one list of lines to highlight
 
 MAX_CELLS = 2_000  # longer lines are cut on screen (the file keeps them whole)
 _CSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")  # colour codes and other escapes

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from textual.message import Message
 
-from ..core.lint import Assessment
+from ..core.design.lint import Assessment
 
 
 @dataclass

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from rich.text import Text
 from textual.screen import ModalScreen
 
-from ..core.lint import Assessment
+from ..core.design.lint import Assessment
 from .live import LiveRun
 from .messages import RunUpdated
 
@@ -23,7 +23,7 @@ WATCH_AFTER_TEARDOWN_S = 1.0
 if TYPE_CHECKING:
     from textual.worker import Worker
 
-    from ..core.run import Run
+    from ..core.run.run import Run
     from .watch_client import WatchProcess
 
 
@@ -78,7 +78,7 @@ class RunControl:
         await self.detach()
         self.show_run_view()
         self._poke()
-        from ..core.run import Run
+        from ..core.run.run import Run
 
         try:
             run = await Run.launch(self.workspace, a)
@@ -161,7 +161,7 @@ class RunControl:
         self.run_worker(self._open_run(run_id), group="attach", exclusive=True, exit_on_error=False)
 
     async def _open_run(self, run_id: str) -> LiveRun | None:
-        from ..core.run import Run
+        from ..core.run.run import Run
 
         if self.live is not None and self.live.teardown_running:
             self.notify("a teardown is running; wait for it before opening another run", severity="warning")
@@ -222,7 +222,7 @@ class RunControl:
         self.run_worker(self._teardown(live), group="teardown", exit_on_error=False)
 
     async def _teardown(self, live: LiveRun) -> None:
-        from ..core.errors import AtomdeckError
+        from ..core.config.errors import AtomdeckError
 
         watcher = self._watcher if self.live is live else None
         # the watcher is another session on the run: tell it a teardown starts, or it reads the exits

@@ -11,10 +11,10 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from ..core.events import Event
+from ..core.run.events import Event
 
 if TYPE_CHECKING:
-    from ..core.run import Run
+    from ..core.run.run import Run
 
 LIMIT = 64 * 1024 * 1024  # one report line (the watcher keeps them near a megabyte)
 KEEP_LAST = 20  # ProcState.last_lines holds this many
@@ -43,7 +43,7 @@ class WatchProcess:
         fd = os.open(self.stderr_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         try:
             self.proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "atomdeck.tui.watcher", self.run.id, stdin=asyncio.subprocess.PIPE,
+                sys.executable, "-m", "atomdeck.core.cli.watcher", self.run.id, stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE, stderr=fd, limit=LIMIT)
         finally:
             os.close(fd)

@@ -9,8 +9,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, ClassVar
 
 if TYPE_CHECKING:
-    from ..catalog import ModelEntry
-    from ..plan import Endpoint, Plan
+    from ..config.catalog import ModelEntry
+    from ..design.plan import Endpoint, Plan
     from .args import Options
 
 

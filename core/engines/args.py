@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ..recipe import flag_of, normalize_flag
+from ..config.recipe import flag_of, normalize_flag
 
 _NUMBER = re.compile(r"^-\d")
 ALIASES = {"tp": "tensor-parallel-size"}

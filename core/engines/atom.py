@@ -9,8 +9,8 @@ from . import Engine, register_engine
 from .args import Options
 
 if TYPE_CHECKING:
-    from ..catalog import ModelEntry
-    from ..plan import Endpoint, Plan
+    from ..config.catalog import ModelEntry
+    from ..design.plan import Endpoint, Plan
 
 MODULE = "atom.entrypoints.openai_server"
 KV_ROLE = {"prefill": "kv_producer", "decode": "kv_consumer"}

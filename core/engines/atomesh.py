@@ -9,7 +9,7 @@ from . import Frontend, register_frontend
 from .args import Options
 
 if TYPE_CHECKING:
-    from ..plan import Plan
+    from ..design.plan import Plan
 
 
 @register_frontend("atomesh")

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from ..cluster import Cluster
-from ..shell import LocalRunner, Runner
+from ..config.cluster import Cluster
+from ..remote.shell import LocalRunner, Runner
 
 
 def control_runner(cluster: Cluster) -> Runner:
     """Where Slurm commands run: the login host over SSH if the cluster names one, else here."""
     if cluster.login is None:
         return LocalRunner()
-    from ..sshconn import ssh_runner_for_login
+    from ..remote.ssh.runner import ssh_runner_for_login
 
     return ssh_runner_for_login(cluster)

@@ -8,12 +8,11 @@ later session can learn how a process ended even if nobody was watching.
 from __future__ import annotations
 
 import abc
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
-from ..commands import ProcessSpec
-from ..shell import Result, Runner
+from ..design.commands import ProcessSpec
+from ..remote.shell import Result, Runner
 
 # $1 = exit-code file; the rest is the command. The marker in $0 lets teardown check a PID is ours.
 SUPERVISOR = r'''ef=$1; shift
@@ -78,14 +77,14 @@ class Launcher(abc.ABC):
     def __init__(self, run_id: str, run_dir: str):
         self.run_id = run_id
         self.run_dir = run_dir
+        self.on_facts: Callable[[dict], None] | None = None
 
     def _record(self, facts: dict) -> None:
         """Write facts into the run's run.json now (not when prepare() returns), so that a session that
-        dies half-way leaves enough on disk for `atomdeck down` to find what it took."""
-        from ..rundir import RunDir
-
-        if (Path(self.run_dir) / "run.json").exists():
-            RunDir(Path(self.run_dir)).update_meta(**facts)
+        dies half-way leaves enough on disk for `atomdeck down` to find what it took. The run engine
+        gives the writer (`on_facts`); a launcher never reaches up into the run directory itself."""
+        if self.on_facts is not None:
+            self.on_facts(facts)
 
     async def prepare(self, plan, processes: list[ProcessSpec]) -> dict:
         """Get ready to start the plan's processes (an allocation, remote directories, pre-flight checks).
@@ -133,7 +132,7 @@ class Launcher(abc.ABC):
 
     async def node_run(self, node: str, argv: list[str], timeout: float = 60) -> Result:
         """Run a short command on a node (here, for the local launcher)."""
-        from ..shell import LocalRunner
+        from ..remote.shell import LocalRunner
 
         return await LocalRunner().run(argv, timeout=timeout)
 
@@ -163,7 +162,7 @@ class Launcher(abc.ABC):
 
     def probe_runner(self, node: str | None = None) -> Runner:
         """Where probes of node ports run from (here, or through an SSH connection)."""
-        from ..shell import LocalRunner
+        from ..remote.shell import LocalRunner
 
         return LocalRunner()
 

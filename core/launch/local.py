@@ -14,8 +14,8 @@ import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from ..commands import ProcessSpec
-from ..watch.tail import follow
+from ..design.commands import ProcessSpec
+from ..remote.filetail import follow
 from .base import SUPERVISOR, Launcher, ProcHandle, ProcStatus, StopReport, marker
 
 

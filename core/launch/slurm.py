@@ -16,13 +16,13 @@ import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from ..cluster import Cluster
-from ..commands import ProcessSpec, launcher_wrap
-from ..errors import AtomdeckError
-from ..inventory import Node, expand_hostlist, parse_scontrol_nodes
-from ..preflight import PreflightError, run_checks
-from ..shell import LocalRunner, Runner
-from ..watch.tail import follow
+from ..config.cluster import Cluster
+from ..config.errors import AtomdeckError
+from ..design.commands import ProcessSpec, launcher_wrap
+from ..design.inventory import Node, expand_hostlist, parse_scontrol_nodes
+from ..remote.filetail import follow
+from ..remote.preflight import PreflightError, run_checks
+from ..remote.shell import LocalRunner, Runner
 from . import control_runner
 from .base import SUPERVISOR, Launcher, ProcHandle, ProcStatus, StopReport, marker
 from .local import describe_exit, wait_exit
@@ -265,7 +265,7 @@ class SlurmLauncher(Launcher):
     def tail(self, handle: ProcHandle, offset: int) -> AsyncIterator[tuple[int, str]]:
         if self.local_control:
             return follow(handle.log_path, offset)
-        from ..remote_tail import tail as remote_tail
+        from ..remote.ssh.tail import tail as remote_tail
 
         return remote_tail(self.runner, handle.log_path, offset)
 

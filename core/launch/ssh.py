@@ -13,11 +13,11 @@ import shlex
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
-from ..cluster import Cluster
-from ..commands import ProcessSpec
-from ..errors import AtomdeckError
-from ..remote_shell import RemoteShell
-from ..shell import LocalRunner, Runner
+from ..config.cluster import Cluster
+from ..config.errors import AtomdeckError
+from ..design.commands import ProcessSpec
+from ..remote.node_shell import RemoteShell
+from ..remote.shell import LocalRunner, Runner
 from .base import SUPERVISOR, Launcher, ProcHandle, ProcStatus, StopReport, marker
 from .local import describe_exit
 
@@ -100,7 +100,7 @@ class SshLauncher(Launcher):
 
     def runner(self, node: str) -> Runner:
         if node not in self._runners:
-            from ..sshconn import ssh_runner_for_node
+            from ..remote.ssh.runner import ssh_runner_for_node
 
             r = ssh_runner_for_node(self.cluster, node)
             self._runners[node] = r
@@ -125,7 +125,7 @@ class SshLauncher(Launcher):
 
     # ---------------------------------------------------------------------------------------- prepare
     async def prepare(self, plan, processes: list[ProcessSpec]) -> dict:
-        from ..preflight import run_checks
+        from ..remote.preflight import run_checks
 
         nodes = list(plan.selection.all())
 
@@ -245,7 +245,7 @@ class SshLauncher(Launcher):
     async def _mirrored_tail(self, handle: ProcHandle, offset: int) -> AsyncIterator[tuple[int, str]]:
         """The node's log from a byte offset, resuming after drops. Lines past what the local mirror in the
         run directory already holds are appended to it, so history can be shown without asking the node."""
-        from ..remote_tail import tail as remote_tail
+        from ..remote.ssh.tail import tail as remote_tail
 
         mirror = Path(self.run_dir) / "logs" / f"{handle.name}.log"
         mark = mirror.with_suffix(".mirrored")  # the node-side byte offset the mirror ends at

@@ -6,9 +6,9 @@ import asyncio
 import os
 
 import pytest
-from atomdeck.core.edit import set_field
-from atomdeck.core.run import Run
-from atomdeck.core.session import load_workspace
+from atomdeck.core.design.edit import set_field
+from atomdeck.core.design.workspace import load_workspace
+from atomdeck.core.run.run import Run
 
 from tests.leftovers import alive
 

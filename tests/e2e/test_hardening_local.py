@@ -12,9 +12,9 @@ import sys
 import time
 
 import pytest
-from atomdeck.core.errors import AtomdeckError
-from atomdeck.core.run import Run
-from atomdeck.core.rundir import RunDir
+from atomdeck.core.config.errors import AtomdeckError
+from atomdeck.core.run.run import Run
+from atomdeck.core.run.rundir import RunDir
 
 from tests.leftovers import gone
 
@@ -24,7 +24,7 @@ pytestmark = pytest.mark.slow
 
 
 def _cli(*args, **kw):
-    return subprocess.run([sys.executable, "-m", "atomdeck.core.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "atomdeck.core.cli.main", *args], capture_output=True, text=True,
                           timeout=120, **kw)
 
 
@@ -69,7 +69,7 @@ def test_console_killed_during_teardown_then_down_again_is_clean():
     up = _cli("up", "demo-2p1d", "--wait")
     assert up.returncode == 0, up.stderr
     run_id = up.stdout.strip()
-    p = subprocess.Popen([sys.executable, "-m", "atomdeck.core.cli", "down", run_id, "--grace", "5"],
+    p = subprocess.Popen([sys.executable, "-m", "atomdeck.core.cli.main", "down", run_id, "--grace", "5"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     time.sleep(0.3)
     os.kill(p.pid, signal.SIGKILL)

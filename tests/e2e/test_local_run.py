@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 
 import pytest
-from atomdeck.core.diagnose import diagnose
-from atomdeck.core.run import Run
+from atomdeck.core.run.diagnose import diagnose
+from atomdeck.core.run.run import Run
 
 from tests.leftovers import gone
 
@@ -125,12 +125,12 @@ def test_refused_handshake_fails_the_smoke_request_and_the_pair(runs):
 
 
 def _atomdeck(*args, **kw):
-    return subprocess.run([sys.executable, "-m", "atomdeck.core.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "atomdeck.core.cli.main", *args], capture_output=True, text=True,
                           timeout=120, **kw)
 
 
 def test_sigkill_of_up_then_down_from_a_new_process_cleans_everything():
-    p = subprocess.Popen([sys.executable, "-m", "atomdeck.core.cli", "up", "demo-2p1d", "--wait"],
+    p = subprocess.Popen([sys.executable, "-m", "atomdeck.core.cli.main", "up", "demo-2p1d", "--wait"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     run_id = p.stdout.readline().strip()
     assert run_id, p.stderr.read()
@@ -171,7 +171,7 @@ def test_a_watching_session_records_a_teardown_done_elsewhere_as_stopped(runs):
         assert s.status == "serving"
         watcher = asyncio.create_task(run.watch(until=lambda s: all(p.alive is False for p in s.procs.values()),
                                                 timeout=20))
-        down = await asyncio.create_subprocess_exec(sys.executable, "-m", "atomdeck.core.cli", "down", run.id,
+        down = await asyncio.create_subprocess_exec(sys.executable, "-m", "atomdeck.core.cli.main", "down", run.id,
                                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         assert await down.wait() == 0
         return run, await watcher

@@ -9,9 +9,10 @@ import sys
 import time
 from pathlib import Path
 
-from atomdeck.core.edit import set_field
-from atomdeck.core.run import Run
-from atomdeck.core.session import fetch_inventory, load_workspace
+from atomdeck.core.design.edit import set_field
+from atomdeck.core.design.workspace import load_workspace
+from atomdeck.core.run.inventory import fetch_inventory
+from atomdeck.core.run.run import Run
 
 SPEED = "20"
 
@@ -66,7 +67,7 @@ def squeue_steps(job_id: str) -> str:
 
 def cli(*args, timeout=180):
     env = {**os.environ, "ATOMDECK_SIM_SPEED": SPEED}
-    return subprocess.run([sys.executable, "-m", "atomdeck.core.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "atomdeck.core.cli.main", *args], capture_output=True, text=True,
                           timeout=timeout, env=env)
 
 

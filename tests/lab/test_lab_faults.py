@@ -7,10 +7,11 @@ import subprocess
 
 import pytest
 import yaml
-from atomdeck.core.errors import PreflightError
-from atomdeck.core.paths import find_cluster
-from atomdeck.core.run import Run
-from atomdeck.core.session import fetch_inventory, load_workspace
+from atomdeck.core.config.errors import PreflightError
+from atomdeck.core.config.paths import find_cluster
+from atomdeck.core.design.workspace import load_workspace
+from atomdeck.core.run.inventory import fetch_inventory
+from atomdeck.core.run.run import Run
 
 from tests.leftovers import open_ports
 

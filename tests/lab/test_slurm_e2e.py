@@ -11,7 +11,7 @@ import sys
 import time
 
 import pytest
-from atomdeck.core.run import Run
+from atomdeck.core.run.run import Run
 
 from tests.leftovers import open_ports
 
@@ -113,7 +113,7 @@ def test_node_whose_slurmd_dies_mid_run_is_reported(lab):
         run, state = asyncio.run(go())
         st, detail, _ = state.conns[node]
         assert st == "unhealthy" and "not responding" in detail
-        from atomdeck.core.diagnose import diagnose
+        from atomdeck.core.run.diagnose import diagnose
 
         assert f"node {node} is" in diagnose(state).headline
     finally:
@@ -125,7 +125,7 @@ def test_node_whose_slurmd_dies_mid_run_is_reported(lab):
 
 def test_console_killed_then_down_from_a_new_process(lab):
     env = {**os.environ, "ATOMDECK_SIM_SPEED": SPEED}
-    p = subprocess.Popen([sys.executable, "-m", "atomdeck.core.cli", "up", "demo-1p1d", "--cluster", "lab", "--wait"],
+    p = subprocess.Popen([sys.executable, "-m", "atomdeck.core.cli.main", "up", "demo-1p1d", "--cluster", "lab", "--wait"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     run_id = p.stdout.readline().strip()
     assert run_id, p.stderr.read()
@@ -197,7 +197,7 @@ def test_a_session_killed_while_its_allocation_waits_leaves_a_job_that_down_find
         assert wait_for(lambda: squeue_job(blocker) == "RUNNING", 20)
         t0 = time.time()
         env = {**os.environ, "ATOMDECK_SIM_SPEED": SPEED}
-        p = subprocess.Popen([sys.executable, "-m", "atomdeck.core.cli", "up", "demo-1p1d", "--cluster", "lab"],
+        p = subprocess.Popen([sys.executable, "-m", "atomdeck.core.cli.main", "up", "demo-1p1d", "--cluster", "lab"],
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
         try:
             meta = wait_for(lambda: next((m for m in Run.list() if m.get("created", 0) >= t0 and m.get("job_id")),

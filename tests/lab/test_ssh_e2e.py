@@ -11,8 +11,8 @@ import time
 
 import pytest
 import yaml
-from atomdeck.core.paths import find_cluster
-from atomdeck.core.run import Run
+from atomdeck.core.config.paths import find_cluster
+from atomdeck.core.run.run import Run
 
 from tests.leftovers import open_ports
 
@@ -93,7 +93,7 @@ def test_connection_cut_mid_run_tail_resumes_with_every_line_once(lab):
 
 def test_down_after_the_console_was_killed_leaves_nothing(lab):
     env = {**os.environ, "ATOMDECK_SIM_SPEED": SPEED}
-    p = subprocess.Popen([sys.executable, "-m", "atomdeck.core.cli", "up", "demo-2p1d", "--cluster", "lab-ssh",
+    p = subprocess.Popen([sys.executable, "-m", "atomdeck.core.cli.main", "up", "demo-2p1d", "--cluster", "lab-ssh",
                           "--wait"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     run_id = p.stdout.readline().strip()
     assert run_id, p.stderr.read()

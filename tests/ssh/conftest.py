@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from atomdeck.core import sshconn
-from atomdeck.core.sshconn import Backoff, SshTarget
+from atomdeck.core.remote import ssh as sshconn
+from atomdeck.core.remote.ssh import Backoff, SshTarget
 
 from .harness import USER, InprocServer, Keypair, Sshd, ensure_sshd, keygen
 

@@ -6,9 +6,9 @@ import asyncio
 import time
 
 import pytest
-from atomdeck.core.remote_shell import RemoteShell
-from atomdeck.core.shell import CommandError
-from atomdeck.core.sshconn import SshRunner
+from atomdeck.core.remote.node_shell import RemoteShell
+from atomdeck.core.remote.shell import CommandError
+from atomdeck.core.remote.ssh import SshRunner
 
 from .test_ssh_runner import ODD, _random_odd
 

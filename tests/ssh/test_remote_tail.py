@@ -8,9 +8,9 @@ import time
 from pathlib import Path
 
 import pytest
-from atomdeck.core.remote_tail import LineSplitter, tail, tail_argv
-from atomdeck.core.shell import CommandError, LocalRunner
-from atomdeck.core.sshconn import ConnState, HostKeyUnknown, SshRunner
+from atomdeck.core.remote.shell import CommandError, LocalRunner
+from atomdeck.core.remote.ssh import ConnState, HostKeyUnknown, SshRunner
+from atomdeck.core.remote.ssh.tail import LineSplitter, tail, tail_argv
 
 from .conftest import FAST
 from .harness import processes_matching

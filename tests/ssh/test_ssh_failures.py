@@ -11,7 +11,7 @@ import socket
 import time
 
 import pytest
-from atomdeck.core.sshconn import Backoff, ConnState, SshConnectionLost, SshRunner, SshUnreachable
+from atomdeck.core.remote.ssh import Backoff, ConnState, SshConnectionLost, SshRunner, SshUnreachable
 
 from .harness import free_port
 

@@ -9,15 +9,15 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from atomdeck.core.cluster import Cluster, LoginHost, SshSpec, StaticNode
-from atomdeck.core.sshconn import (
-    MAX_SESSIONS,
+from atomdeck.core.config.cluster import Cluster, LoginHost, SshSpec, StaticNode
+from atomdeck.core.remote.ssh import (
     SshRunner,
     SshTarget,
     pooled_connections,
     ssh_runner_for_login,
     ssh_runner_for_node,
 )
+from atomdeck.core.remote.ssh.connection import MAX_SESSIONS
 
 from .harness import USER, InprocServer, http_server
 

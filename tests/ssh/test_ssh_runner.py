@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 
 import pytest
-from atomdeck.core.shell import CommandError, LocalRunner
-from atomdeck.core.sshconn import SshRunner, SshTarget, close_all, remote_command
+from atomdeck.core.remote.shell import CommandError, LocalRunner
+from atomdeck.core.remote.ssh import SshRunner, SshTarget, close_all, remote_command
 
 from .harness import USER, InprocServer, Sshd, ensure_sshd, processes_matching
 
@@ -139,7 +139,7 @@ def test_remote_command_is_shlex_join():
 
 
 def test_importing_core_does_not_import_asyncssh():
-    code = ("import sys, atomdeck.core.sshconn, atomdeck.core.remote_tail, atomdeck.core.launch;"
+    code = ("import sys, atomdeck.core.remote.ssh.connection, atomdeck.core.remote.ssh.tail, atomdeck.core.launch;"
             "assert 'asyncssh' not in sys.modules, 'asyncssh imported eagerly'")
     subprocess.run([sys.executable, "-c", code], check=True)
 

@@ -7,8 +7,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from atomdeck.core.errors import AtomdeckError
-from atomdeck.core.sshconn import (
+from atomdeck.core.config.errors import AtomdeckError
+from atomdeck.core.remote.ssh import (
     HostKeyChanged,
     HostKeyUnknown,
     SshAuthFailed,

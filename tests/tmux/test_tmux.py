@@ -16,7 +16,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from atomdeck.core.run import Run
+from atomdeck.core.run.run import Run
 
 from tests.leftovers import alive, gone
 

@@ -19,7 +19,7 @@ def _no_run_left_behind(_isolated_state):
     yield
     import asyncio
 
-    from atomdeck.core.run import Run
+    from atomdeck.core.run.run import Run
 
     from tests.leftovers import alive
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from atomdeck.core.events import Event, new_state
+from atomdeck.core.design.workspace import load_workspace
 from atomdeck.core.launch.base import ProcHandle
-from atomdeck.core.run import Run, redacted_yaml
-from atomdeck.core.rundir import RunDir
-from atomdeck.core.session import load_workspace
+from atomdeck.core.run.events import Event, new_state
+from atomdeck.core.run.run import Run, redacted_yaml
+from atomdeck.core.run.rundir import RunDir
 
 LAUNCHED = datetime(2025, 1, 1, 11, 58, 45)  # 75 s before the tests' frozen clock (12:00:00)
 PIDS = {"prefill-0": 41210, "prefill-1": 41211, "decode-0": 41212, "router": 41213}
@@ -150,7 +150,7 @@ def fake_run(scenario: str = "serving", recipe: str = "demo-1p1d", run_id: str |
         at(0.74, "proc.error", "decode-0", "exception", "Traceback (most recent call last):")
         at(0.745, "proc.error", "decode-0", "gpu", CRASH.splitlines()[-1])
         at(0.75, "proc.exit", "decode-0", "failed", "exited 3", code=3, last_lines=logs["decode-0"][-10:])
-        from atomdeck.core.diagnose import diagnose
+        from atomdeck.core.run.diagnose import diagnose
 
         at(0.76, "run", value="failed", detail=diagnose(run.state, T0 + 0.76).headline)
     if scenario == "serving":

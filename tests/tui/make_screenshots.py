@@ -25,7 +25,7 @@ MIA1 = ["mia1-p01-g01", "mia1-p01-g02", "mia1-p01-g03"]
 
 
 async def _offline(cluster, offline):
-    from atomdeck.core.session import fetch_inventory
+    from atomdeck.core.run.inventory import fetch_inventory
 
     return await fetch_inventory(cluster, offline=True)
 
@@ -117,9 +117,9 @@ async def _open_log(pilot) -> None:
 
 def _teardown(finished: bool) -> Step:
     async def then(pilot) -> None:
-        from atomdeck.core.events import Event
         from atomdeck.core.launch.base import StopReport
-        from atomdeck.core.run import TeardownReport
+        from atomdeck.core.run.events import Event
+        from atomdeck.core.run.run import TeardownReport
         from atomdeck.tui.screens.teardown import TeardownScreen
 
         app = pilot.app
@@ -154,7 +154,7 @@ async def _runs(pilot) -> None:
 
 
 async def _preflight(pilot) -> None:
-    from atomdeck.core.findings import Finding
+    from atomdeck.core.design.findings import Finding
     from atomdeck.tui.run_control import _preflight_text
     from atomdeck.tui.screens.dialogs import MessageDialog
 

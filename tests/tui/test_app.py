@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 import yaml
-from atomdeck.core.paths import config_dir
-from atomdeck.core.session import fetch_inventory
+from atomdeck.core.config.paths import config_dir
+from atomdeck.core.run.inventory import fetch_inventory
 from atomdeck.tui import bindings
 from atomdeck.tui.messages import LaunchRequested
 from atomdeck.tui.screens.dialogs import ConfirmDialog, MessageDialog
@@ -296,7 +296,7 @@ async def test_small_terminal_100x30_renders_every_view():
 def test_importing_the_console_stays_light():
     """First frame fast: the console module must not pull in launchers, SSH or the exporter."""
     code = ("import sys, atomdeck.tui.app; heavy = [m for m in ('asyncssh', 'atomdeck.core.launch.slurm', "
-            "'atomdeck.core.export', 'atomdeck.tui.screens.help', 'atomdeck.tui.screens.start') "
+            "'atomdeck.core.design.export', 'atomdeck.tui.screens.help', 'atomdeck.tui.screens.start') "
             "if m in sys.modules]; print(heavy)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
@@ -332,7 +332,7 @@ async def test_the_run_views_sit_next_to_the_design_views():
 
 def test_atomdeck_without_arguments_opens_the_demo(monkeypatch):
     """`atomdeck` and `atomdeck tui ...` reach run_console with the right choices."""
-    from atomdeck.core.cli import main
+    from atomdeck.core.cli.main import main
     from atomdeck.tui.app import ConsoleApp
 
     seen = []

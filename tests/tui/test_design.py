@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
-from atomdeck.core.design import Design, apply_edits
-from atomdeck.core.session import fetch_inventory, load_workspace
+from atomdeck.core.design.draft import Design, apply_edits
+from atomdeck.core.design.workspace import load_workspace
+from atomdeck.core.run.inventory import fetch_inventory
 
 
 def _ws(recipe="demo-1p1d"):

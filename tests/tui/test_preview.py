@@ -11,11 +11,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-from atomdeck.core.cli_cmds import plan_json
-from atomdeck.core.export import export_script
-from atomdeck.core.paths import recipes_dir
-from atomdeck.core.recipe import load_recipe
-from atomdeck.core.session import fetch_inventory
+from atomdeck.core.cli.design_verbs import plan_json
+from atomdeck.core.config.paths import recipes_dir
+from atomdeck.core.config.recipe import load_recipe
+from atomdeck.core.design.export import export_script
+from atomdeck.core.run.inventory import fetch_inventory
 from atomdeck.tui.formatting import argv_lines, kv_transfer_config
 from atomdeck.tui.screens.dialogs import ConfirmDialog, InputDialog
 from atomdeck.tui.widgets.command_view import CommandView, command_text
@@ -125,7 +125,7 @@ async def test_secrets_are_masked_on_screen_and_in_the_copy():
         await ready(pilot)
         from dataclasses import replace
 
-        from atomdeck.core.design import apply_edits
+        from atomdeck.core.design.draft import apply_edits
 
         recipe, issues = apply_edits(app.design.recipe, {"env": {"HF_TOKEN": "hf_supersecret"}})
         assert not issues

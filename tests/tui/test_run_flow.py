@@ -8,9 +8,9 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from atomdeck.core.edit import set_field
-from atomdeck.core.run import Run
-from atomdeck.core.session import load_workspace
+from atomdeck.core.design.edit import set_field
+from atomdeck.core.design.workspace import load_workspace
+from atomdeck.core.run.run import Run
 from atomdeck.tui.screens.dialogs import ConfirmDialog, MessageDialog
 from atomdeck.tui.screens.layout import LayoutScreen
 from atomdeck.tui.screens.logs import LogScreen
@@ -251,8 +251,8 @@ async def test_a_port_in_use_is_shown_as_a_dialog_and_nothing_runs():
 
 
 async def test_preflight_findings_are_listed_with_their_nodes(monkeypatch):
-    from atomdeck.core.errors import PreflightError
-    from atomdeck.core.findings import Finding
+    from atomdeck.core.config.errors import PreflightError
+    from atomdeck.core.design.findings import Finding
 
     findings = [Finding("preflight-gpu-busy", "error", "GPU memory in use (87%) on 3 GPUs", "nodes", "pick another "
                         "node or free the GPUs", node="mia1-p01-g02"),
@@ -277,7 +277,7 @@ async def test_preflight_findings_are_listed_with_their_nodes(monkeypatch):
 
 
 def test_atomdeck_tui_run_reaches_the_console_and_a_bad_run_is_an_error(monkeypatch, capsys):
-    from atomdeck.core.cli import main
+    from atomdeck.core.cli.main import main
     from atomdeck.tui.app import ConsoleApp
 
     from .fakerun import fake_run
@@ -294,7 +294,7 @@ def test_atomdeck_tui_run_reaches_the_console_and_a_bad_run_is_an_error(monkeypa
 
 async def test_teardown_key_follows_the_keymap():
     import yaml
-    from atomdeck.core.paths import config_dir
+    from atomdeck.core.config.paths import config_dir
 
     from .fakerun import fake_run
 

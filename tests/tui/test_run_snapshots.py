@@ -12,9 +12,9 @@ import shutil
 from pathlib import Path
 
 import pytest
-from atomdeck.core.events import Event
 from atomdeck.core.launch.base import StopReport
-from atomdeck.core.run import TeardownReport
+from atomdeck.core.run.events import Event
+from atomdeck.core.run.run import TeardownReport
 from atomdeck.tui.screens.teardown import TeardownScreen
 
 from .conftest import make_app

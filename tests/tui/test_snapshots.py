@@ -8,8 +8,8 @@ and review the SVG diff.
 from __future__ import annotations
 
 import pytest
-from atomdeck.core.paths import recipes_dir
-from atomdeck.core.session import fetch_inventory
+from atomdeck.core.config.paths import recipes_dir
+from atomdeck.core.run.inventory import fetch_inventory
 from atomdeck.tui.screens.start import StartScreen
 
 from .conftest import SIZE, make_app, ready

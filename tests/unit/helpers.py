@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from atomdeck.core.catalog import load_catalog
-from atomdeck.core.cluster import parse_cluster
-from atomdeck.core.commands import LaunchContext, SimRuntime
-from atomdeck.core.inventory import parse_scontrol_nodes
-from atomdeck.core.lint import assess
-from atomdeck.core.paths import catalog_path
-from atomdeck.core.recipe import parse_recipe
+from atomdeck.core.config.catalog import load_catalog
+from atomdeck.core.config.cluster import parse_cluster
+from atomdeck.core.config.paths import catalog_path
+from atomdeck.core.config.recipe import parse_recipe
+from atomdeck.core.design.commands import LaunchContext, SimRuntime
+from atomdeck.core.design.inventory import parse_scontrol_nodes
+from atomdeck.core.design.lint import assess
 
 from tests.conftest import DATA
 

@@ -10,7 +10,7 @@ import pytest
 
 
 def atomdeck(*args, check=False):
-    p = subprocess.run([sys.executable, "-m", "atomdeck.core.cli", *args], capture_output=True, text=True,
+    p = subprocess.run([sys.executable, "-m", "atomdeck.core.cli.main", *args], capture_output=True, text=True,
                        timeout=60)
     if check:
         assert p.returncode == 0, p.stderr

@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 import yaml
-from atomdeck.core.catalog import load_catalog
-from atomdeck.core.cluster import load_cluster, parse_cluster
-from atomdeck.core.commands import LaunchContext, shell_line
-from atomdeck.core.export import export_script
-from atomdeck.core.inventory import Node
-from atomdeck.core.lint import assess
-from atomdeck.core.paths import catalog_path, find_cluster, shipped_recipes
-from atomdeck.core.recipe import Recipe, check_recipe, load_recipe
+from atomdeck.core.config.catalog import load_catalog
+from atomdeck.core.config.cluster import load_cluster, parse_cluster
+from atomdeck.core.config.paths import catalog_path, find_cluster, shipped_recipes
+from atomdeck.core.config.recipe import Recipe, check_recipe, load_recipe
+from atomdeck.core.design.commands import LaunchContext, shell_line
+from atomdeck.core.design.export import export_script
+from atomdeck.core.design.inventory import Node
+from atomdeck.core.design.lint import assess
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

@@ -7,10 +7,10 @@ import shlex
 import subprocess
 
 import yaml
-from atomdeck.core.cluster import parse_cluster
-from atomdeck.core.errors import ConfigError
+from atomdeck.core.config.cluster import parse_cluster
+from atomdeck.core.config.errors import ConfigError
+from atomdeck.core.config.recipe import parse_recipe
 from atomdeck.core.launch.ssh import detached_command
-from atomdeck.core.recipe import parse_recipe
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -71,7 +71,7 @@ def test_generated_clusters_never_crash(doc):
 @settings(max_examples=500, deadline=None)
 @given(st.binary(max_size=200))
 def test_random_bytes_as_a_recipe_file(tmp_path_factory, data):
-    from atomdeck.core.recipe import load_recipe
+    from atomdeck.core.config.recipe import load_recipe
 
     f = tmp_path_factory.mktemp("b") / "r.yaml"
     f.write_bytes(data)

@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 import pytest
-from atomdeck.core.inventory import expand_hostlist, gpus_from_gres, parse_scontrol_nodes, parse_sinfo, parse_sinfo_json
+from atomdeck.core.design.inventory import (
+    expand_hostlist,
+    gpus_from_gres,
+    parse_scontrol_nodes,
+    parse_sinfo,
+    parse_sinfo_json,
+)
 
 from tests.conftest import DATA
 

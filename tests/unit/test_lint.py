@@ -6,11 +6,11 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from atomdeck.core.catalog import ModelEntry, parse_catalog
+from atomdeck.core.config.catalog import ModelEntry, parse_catalog
+from atomdeck.core.design.lint import RULES
+from atomdeck.core.design.plan import BarrierCell
 from atomdeck.core.engines import ENGINES
 from atomdeck.core.engines.atom import Atom
-from atomdeck.core.lint import RULES
-from atomdeck.core.plan import BarrierCell
 
 from .helpers import lab_assess
 
@@ -58,12 +58,12 @@ def test_served_model_name_differs_from_what_atom_advertises():
 
 
 def _served():
-    from atomdeck.core.catalog import load_catalog
-    from atomdeck.core.cluster import parse_cluster
-    from atomdeck.core.commands import LaunchContext
-    from atomdeck.core.lint import assess
-    from atomdeck.core.paths import catalog_path
-    from atomdeck.core.recipe import parse_recipe
+    from atomdeck.core.config.catalog import load_catalog
+    from atomdeck.core.config.cluster import parse_cluster
+    from atomdeck.core.config.paths import catalog_path
+    from atomdeck.core.config.recipe import parse_recipe
+    from atomdeck.core.design.commands import LaunchContext
+    from atomdeck.core.design.lint import assess
 
     from .helpers import LAB, lab_inventory
 
@@ -74,7 +74,7 @@ def _served():
 
 
 def test_reserved_flag_from_the_catalog_is_refused_and_ignored(monkeypatch):
-    from atomdeck.core import catalog as cat_mod
+    from atomdeck.core.config import catalog as cat_mod
 
     bad = parse_catalog({"DeepSeek-V4-Pro": {"extra_flags": "--host 10.0.0.1 --server_port 9"}}, "bad.yaml")
     monkeypatch.setattr(cat_mod, "load_catalog", lambda path: bad)

@@ -3,11 +3,11 @@ producer's line that does not say which consumer it served must not mark both pa
 
 from __future__ import annotations
 
-from atomdeck.core.edit import set_field
-from atomdeck.core.events import new_state
-from atomdeck.core.run import Run
-from atomdeck.core.rundir import RunDir
-from atomdeck.core.session import load_workspace
+from atomdeck.core.design.edit import set_field
+from atomdeck.core.design.workspace import load_workspace
+from atomdeck.core.run.events import new_state
+from atomdeck.core.run.run import Run
+from atomdeck.core.run.rundir import RunDir
 
 
 def one_prefill_two_decodes() -> Run:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from atomdeck.core.findings import has_errors
+from atomdeck.core.design.findings import has_errors
 
 from .helpers import lab_assess
 

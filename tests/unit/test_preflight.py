@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import subprocess
 
-from atomdeck.core.preflight import SCRIPT, NodeCheck, findings_from, model_host_path, parse
+from atomdeck.core.remote.preflight import SCRIPT, NodeCheck, findings_from, model_host_path, parse
 
 from .helpers import lab_assess
 

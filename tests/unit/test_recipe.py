@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from atomdeck.core.errors import ConfigError
-from atomdeck.core.paths import shipped_recipes
-from atomdeck.core.recipe import WORKER_OWNED, load_recipe, parse_recipe
+from atomdeck.core.config.errors import ConfigError
+from atomdeck.core.config.paths import shipped_recipes
+from atomdeck.core.config.recipe import WORKER_OWNED, load_recipe, parse_recipe
 
 BASE = "name: t\nmodel: {path: deepseek-ai/DeepSeek-V4-Pro}\n"
 

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import pytest
-from atomdeck.core.catalog import load_catalog
-from atomdeck.core.cluster import load_cluster
-from atomdeck.core.commands import LaunchContext
-from atomdeck.core.inventory import Node
-from atomdeck.core.lint import assess
-from atomdeck.core.paths import catalog_path, shipped_clusters, shipped_recipes
-from atomdeck.core.recipe import load_recipe
+from atomdeck.core.config.catalog import load_catalog
+from atomdeck.core.config.cluster import load_cluster
+from atomdeck.core.config.paths import catalog_path, shipped_clusters, shipped_recipes
+from atomdeck.core.config.recipe import load_recipe
+from atomdeck.core.design.commands import LaunchContext
+from atomdeck.core.design.inventory import Node
+from atomdeck.core.design.lint import assess
 
 
 @pytest.mark.parametrize("path", shipped_clusters(), ids=lambda p: p.stem)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from atomdeck.core.watch.tail import follow
+from atomdeck.core.remote.filetail import follow
 
 
 def test_a_backlog_is_read_without_starving_the_loop(tmp_path):

@@ -11,8 +11,8 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Footer, Static
 
-from ...core.design import apply_edits
-from ...core.errors import ConfigIssue
+from ...core.config.errors import ConfigIssue
+from ...core.design.draft import apply_edits
 from .. import bindings
 from ..palette import ICONS, severity_color
 from ..widgets.context_bar import ContextBar

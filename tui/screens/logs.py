@@ -17,7 +17,7 @@ from textual.app import ComposeResult
 from textual.screen import Screen
 from textual.widgets import Footer, Input, Static
 
-from ...core.secrets import redact_line
+from ...core.config.secrets import redact_line
 from .. import bindings
 from ..formatting import words
 from ..logtext import save_logs

@@ -6,7 +6,7 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.widgets import Footer, Input, Static
 
-from ...core.plan import nodes_needed
+from ...core.design.plan import nodes_needed
 from .. import bindings
 from ..palette import ICONS, severity_color
 from ..widgets.context_bar import ContextBar

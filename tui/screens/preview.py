@@ -9,7 +9,7 @@ from textual.containers import Horizontal
 from textual.widgets import Footer, OptionList, Static
 from textual.widgets.option_list import Option
 
-from ...core.commands import ProcessSpec
+from ...core.design.commands import ProcessSpec
 from .. import bindings
 from ..palette import ICONS, role_color, severity_color
 from ..widgets.command_view import CommandView

@@ -14,7 +14,7 @@ from textual.markup import escape
 from textual.screen import ModalScreen, Screen
 from textual.widgets import DataTable, Footer, Static
 
-from ...core.diagnose import diagnose
+from ...core.run.diagnose import diagnose
 from .. import bindings
 from ..widgets.barrier_grid import LEGEND, BarrierGrid
 from ..widgets.context_bar import ContextBar

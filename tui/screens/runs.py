@@ -64,7 +64,7 @@ class RunsScreen(Screen):
         return self.runs[table.cursor_row]["id"]
 
     def reload(self) -> None:
-        from ...core.run import Run
+        from ...core.run.run import Run
 
         keep = self.current
         try:
@@ -118,7 +118,7 @@ class RunsScreen(Screen):
         app = self.console
         self.query_one(ContextBar).show_run(app.views, self.VIEW, run_context(app), app.readonly)
         out = Text()
-        from ...core.paths import runs_dir
+        from ...core.config.paths import runs_dir
 
         if self.error:
             out.append(self.error, style=var_color(app, "text-error"))

@@ -14,8 +14,8 @@ from textual.screen import Screen
 from textual.widgets import Footer, Input, Label, OptionList, Static
 from textual.widgets.option_list import Option, OptionDoesNotExist
 
-from ...core.errors import AtomdeckError, ConfigError
-from ...core.paths import shipped_clusters, shipped_recipes
+from ...core.config.errors import AtomdeckError, ConfigError
+from ...core.config.paths import shipped_clusters, shipped_recipes
 from .. import bindings
 
 if TYPE_CHECKING:

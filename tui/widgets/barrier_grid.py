@@ -13,7 +13,7 @@ from collections import defaultdict
 from rich.text import Text
 from textual.widgets import DataTable
 
-from ...core.events import CellState, RunState
+from ...core.run.events import CellState, RunState
 from ..formatting import ago
 from ..palette import CELL_STYLE, var_color
 

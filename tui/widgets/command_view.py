@@ -11,7 +11,7 @@ from rich.text import Text
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
-from ...core.commands import ProcessSpec, shell_line
+from ...core.design.commands import ProcessSpec, shell_line
 from ..formatting import argv_lines, kv_transfer_config, port_ranges
 from ..palette import role_color
 

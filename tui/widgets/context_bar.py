@@ -7,7 +7,7 @@ from textual.containers import Horizontal
 from textual.markup import escape
 from textual.widgets import Static
 
-from ...core.lint import Assessment
+from ...core.design.lint import Assessment
 from ..palette import ICONS
 from .findings import summary
 

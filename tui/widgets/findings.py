@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from ...core.findings import Finding
+from ...core.design.findings import Finding
 from ..palette import ICONS, severity_color
 
 

@@ -18,11 +18,11 @@ from textual.binding import Binding
 from textual.reactive import reactive
 from textual.widget import Widget
 
-from ...core.cluster import Cluster
-from ...core.design import Design
-from ...core.inventory import Node
-from ...core.lint import Assessment
-from ...core.plan import Plan, node_verdict
+from ...core.config.cluster import Cluster
+from ...core.design.draft import Design
+from ...core.design.inventory import Node
+from ...core.design.lint import Assessment
+from ...core.design.plan import Plan, node_verdict
 from ..formatting import port_ranges
 from ..palette import role_color, severity_color
 

@@ -9,11 +9,11 @@ from rich.text import Text
 from textual.geometry import Size
 from textual.widgets import DataTable
 
-from ...core.cluster import Cluster
-from ...core.design import Design
-from ...core.inventory import Node
-from ...core.lint import Assessment
-from ...core.plan import node_verdict
+from ...core.config.cluster import Cluster
+from ...core.design.draft import Design
+from ...core.design.inventory import Node
+from ...core.design.lint import Assessment
+from ...core.design.plan import node_verdict
 from ..palette import role_color, severity_color
 
 FREEZE_AT = 500  # nodes

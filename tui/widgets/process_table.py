@@ -9,7 +9,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import DataTable
 
-from ...core.events import ROUTER_STAGES, TERMINAL, WORKER_STAGES, ProcState, RunState
+from ...core.run.events import ROUTER_STAGES, TERMINAL, WORKER_STAGES, ProcState, RunState
 from ..formatting import ago, words
 from ..palette import role_color, var_color
 

@@ -16,9 +16,9 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
 from textual.widgets import Input, Label, Select, Static
 
-from ...core.edit import get_field
-from ...core.errors import ConfigIssue
-from ...core.recipe import Policy, Recipe
+from ...core.config.errors import ConfigIssue
+from ...core.config.recipe import Policy, Recipe
+from ...core.design.edit import get_field
 
 Kind = Literal["int", "bool", "choice"]
 

@@ -11,8 +11,8 @@ from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
 
-from ...core.diagnose import Diagnosis
-from ...core.events import PAIR_STAGES, ROUTER_STAGES, CheckState, RunState
+from ...core.run.diagnose import Diagnosis
+from ...core.run.events import PAIR_STAGES, ROUTER_STAGES, CheckState, RunState
 from ..formatting import ago, words
 from ..logtext import HIGHLIGHT, clean
 from ..palette import STATUS_BG, role_color, var_color

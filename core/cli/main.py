@@ -1,0 +1,131 @@
+"""The headless CLI: plan, lint, nodes, up, status, logs, down, runs; `--json` for scripts.
+
+`atomdeck` with no arguments opens the console on the demo cluster.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from ..config.errors import AtomdeckError, ConfigError
+
+DEMO_CLUSTER = "local"
+DEMO_RECIPE = "demo-1p1d"
+
+
+def _csv(text: str | None) -> list[str] | None:
+    return [n for n in text.split(",") if n.strip()] if text else None
+
+
+def _print_json(data: Any) -> None:
+    json.dump(data, sys.stdout, indent=2)
+    sys.stdout.write("\n")
+
+
+def _add_plan_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("recipe", help="recipe name (from recipes/) or path to a .yaml file")
+    p.add_argument("--cluster", "-c", default=None, help="cluster name (recipes/clusters/) or path; default local")
+    p.add_argument("--nodes", "-w", default=None, help="comma-separated nodes in rank order (prefill first)")
+    p.add_argument("--override", default=None, metavar="NODES",
+                   help="allow these unhealthy/excluded nodes anyway (comma-separated); stays a warning")
+    p.add_argument("--offline", action="store_true", help="do not ask Slurm for node states")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="atomdeck", description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", metavar="COMMAND")
+
+    p = sub.add_parser("plan", help="show the plan and every command that would run")
+    _add_plan_args(p)
+    p = sub.add_parser("lint", help="check a recipe on a cluster; exit 1 on errors")
+    _add_plan_args(p)
+
+    p = sub.add_parser("nodes", help="list the cluster's nodes with state, GPUs, partition and reason")
+    p.add_argument("--cluster", "-c", default=None)
+    p.add_argument("--offline", action="store_true")
+    p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("up", help="launch a recipe; prints the run id")
+    _add_plan_args(p)
+    p.add_argument("--wait", action="store_true", help="wait until serving (exit 0) or failed (exit 1)")
+    p.add_argument("--timeout", type=float, default=None, help="seconds to wait with --wait")
+    p.add_argument("--job", default=None, help="use this existing Slurm job id instead of submitting one")
+
+    p = sub.add_parser("status", help="stages, barrier, handshake and router of a run")
+    p.add_argument("run", nargs="?", default=None, help="run id (default: the newest)")
+    p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("logs", help="print a run's logs")
+    p.add_argument("run")
+    p.add_argument("--process", "-p", default=None, help="one process, e.g. prefill-0 or router")
+    p.add_argument("--follow", "-f", action="store_true")
+    p.add_argument("--lines", "-n", type=int, default=None, help="only the last N lines")
+
+    p = sub.add_parser("down", help="stop every process of a run and verify; exit 0 only when clean")
+    p.add_argument("run")
+    p.add_argument("--grace", type=float, default=None, help="seconds between SIGTERM and SIGKILL")
+    p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("runs", help="list runs")
+    p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("tui", help="open the console")
+    p.add_argument("--cluster", "-c", default=None)
+    p.add_argument("--recipe", "-r", default=None)
+    p.add_argument("--readonly", action="store_true", help="hide launch and teardown")
+    p.add_argument("--offline", action="store_true", help="do not ask Slurm for node states")
+    p.add_argument("--nodes", "-w", default=None, help="comma-separated nodes in rank order (prefill first)")
+    p.add_argument("--override", default=None, metavar="NODES", help="allow these unhealthy/excluded nodes anyway")
+    p.add_argument("--run", default=None, help="open on this run (reattach) instead of designing a new one")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.cmd is None or args.cmd == "tui":
+            return _tui(args)
+        if args.cmd in ("plan", "lint", "nodes"):
+            from . import design_verbs as verbs
+        else:
+            from . import run_verbs as verbs  # type: ignore[no-redef]
+        return getattr(verbs, f"cmd_{args.cmd}")(args)
+    except ConfigError as e:
+        print("atomdeck: the configuration has problems:", file=sys.stderr)
+        for issue in e.issues:
+            print(f"  {issue}", file=sys.stderr)
+        return 2
+    except AtomdeckError as e:
+        print(f"atomdeck: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+def _tui(args: argparse.Namespace) -> int:
+    # The one place core loads the console. A broken console import must fail loudly, not fall back.
+    from ...tui.app import run_console
+
+    kw = {}
+    nodes = [n.strip() for n in (getattr(args, "nodes", None) or "").split(",") if n.strip()]
+    if nodes:
+        kw["nodes"] = kw["named_nodes"] = nodes
+    overrides = [n.strip() for n in (getattr(args, "override", None) or "").split(",") if n.strip()]
+    if overrides:
+        kw["overrides"] = overrides
+    if getattr(args, "offline", False):
+        kw["offline"] = True
+    if getattr(args, "run", None):
+        kw["run_id"] = args.run
+    return run_console(cluster=getattr(args, "cluster", None), recipe=getattr(args, "recipe", None),
+                       readonly=getattr(args, "readonly", False), **kw)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,197 @@
+"""CLI verbs that act on runs: up, status, logs, down, runs."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+
+from ..run.diagnose import diagnose
+from ..run.events import Event, RunState, jsonable
+from ..run.run import Run
+from ..run.rundir import RunDir
+
+_QUIET_KINDS = {"cell"}
+
+
+def _progress(t0: float):
+    def show(e: Event) -> None:
+        if e.kind == "cell" and e.value != "open":
+            return
+        subject = e.name or ""
+        print(f"[{time.time() - t0:6.1f}s] {e.kind:10} {subject:22} {e.value:16} {e.detail[:100]}",
+              file=sys.stderr, flush=True)
+    return show
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    from .design_verbs import _findings_text, prepare
+
+    ws, a = prepare(args)
+    if not a.ok:
+        print("\n".join(_findings_text(a.findings)), file=sys.stderr)
+        print("atomdeck: nothing launched: fix the errors above", file=sys.stderr)
+        return 1
+    return asyncio.run(_up(ws, a, args))
+
+
+async def _up(ws, a, args) -> int:
+    t0 = time.time()
+    run = await Run.launch(ws, a, job_id=args.job)
+    print(run.id, flush=True)
+    if not args.wait:
+        print(f"launched {len(run.handles)} processes; watch with `atomdeck status {run.id}`, "
+              f"stop with `atomdeck down {run.id}`", file=sys.stderr)
+        await run.close()
+        return 0 if run.state.status != "failed" else 1
+    run.listeners.append(_progress(t0))
+    timeout = args.timeout or (run.recipe.health.worker_timeout_s + run.recipe.health.router_timeout_s + 30)
+    try:
+        state = await run.watch(until=lambda s: s.status in ("serving", "failed"), timeout=timeout)
+    finally:
+        await run.close()
+    if state.status == "serving":
+        print(f"serving: {state.readiness()} at {run.plan.router.url} (model {run.recipe.model.client_name})",
+              file=sys.stderr)
+        return 0
+    d = diagnose(state)
+    why = state.diagnosis or d.headline
+    if state.status != "failed":
+        why = f"timed out after {timeout:g}s: {d.headline}"
+    print(f"FAILED: {why}", file=sys.stderr)
+    for line in d.details[:8]:
+        print(f"  {line}", file=sys.stderr)
+    print(f"the processes are left running for inspection; stop them with `atomdeck down {run.id}`",
+          file=sys.stderr)
+    return 1
+
+
+def status_json(run: Run, state: RunState) -> dict:
+    d = diagnose(state)
+    return {"run": run.id, "meta": run.rd.meta(), "status": state.status, "readiness": state.readiness(),
+            "diagnosis": state.diagnosis if state.status in ("failed", "serving") else d.headline,
+            "details": d.details, "processes": jsonable(state.procs), "barrier": jsonable(state.cells),
+            "handshake": jsonable(state.pairs), "checks": jsonable(state.checks)}
+
+
+def status_text(run: Run, state: RunState) -> str:
+    now = time.time()
+    d = diagnose(state)
+    meta = run.rd.meta()
+    lines = [f"run {run.id}  recipe {meta.get('recipe')}  cluster {meta.get('cluster')} ({meta.get('launcher')})"
+             + (f"  job {meta['job_id']}" if meta.get("job_id") else ""),
+             f"status {state.status}: {state.readiness()}",
+             f"  {state.diagnosis if state.status in ('failed', 'serving') else d.headline}", "processes:"]
+    for p in state.procs.values():
+        alive = {True: "alive", False: "dead", None: "?"}[p.alive]
+        since = f"{now - p.since:.0f}s" if p.since else ""
+        extra = f" exit {p.exit_code}" if p.exit_code is not None else ""
+        lines.append(f"  {p.name:12} {p.node:16} {p.stage:14} {since:>6} {alive}{extra}")
+    lines.append("barrier:")
+    for c in state.cells.values():
+        mark = {"open": "OK", "closed": "CLOSED"}.get(c.state, "--")
+        lines.append(f"  {mark:6} {c.node}:{c.port:<6} {c.kind:9} {c.owner or ''}")
+    if state.pairs:
+        lines.append("handshake:")
+        for pr in state.pairs.values():
+            lines.append(f"  {pr.key:24} {pr.stage}" + (f": {pr.failed}" if pr.failed else ""))
+    if state.checks:
+        lines.append("router checks:")
+        for c in state.checks.values():
+            lines.append(f"  {c.name:18} {'ok' if c.ok else 'FAIL' if c.ok is False else '..'}  {c.detail[:100]}")
+    return "\n".join(lines)
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    run = Run.open(args.run)
+
+    async def go() -> RunState:
+        try:
+            if run.state.status not in ("stopped",):
+                return await run.refresh()
+            return run.state
+        finally:
+            await run.close()
+
+    state = asyncio.run(go())
+    if args.json:
+        print(json.dumps(status_json(run, state), indent=2, default=str))
+    else:
+        print(status_text(run, state))
+    return 0
+
+
+def cmd_logs(args: argparse.Namespace) -> int:
+    run = Run.open(args.run)
+    names = [args.process] if args.process else list(run.handles)
+    for n in names:
+        run.local_log(n)  # an unknown process name is a clear error, not a traceback
+    prefix = len(names) > 1
+
+    async def follow(name: str) -> None:
+        async for line in run.follow_log(name, args.lines or 0):
+            print(f"{name}| {line}" if prefix else line, flush=True)
+
+    async def go() -> None:
+        try:
+            if args.follow:
+                await asyncio.gather(*(follow(n) for n in names))
+            else:
+                for n in names:
+                    for line in await run.log_lines(n, args.lines):
+                        print(f"{n}| {line}" if prefix else line)
+        finally:
+            await run.close()
+
+    try:
+        asyncio.run(go())
+    except KeyboardInterrupt:
+        return 0
+    return 0
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    run = Run.open(args.run)
+
+    async def go():
+        try:
+            if not args.json:
+                run.listeners.append(_teardown_progress(time.time()))
+            return await run.teardown(args.grace)
+        finally:
+            await run.close()
+
+    report = asyncio.run(go())
+    if args.json:
+        print(json.dumps({"run": run.id, **report.to_json()}, indent=2))
+    else:
+        print("\n".join(report.lines()))
+    return 0 if report.clean else 1
+
+
+def _teardown_progress(t0: float):
+    def show(e: Event) -> None:
+        if e.kind == "teardown":
+            print(f"[{time.time() - t0:5.1f}s] {e.name:14} {e.value:9} {e.detail}", file=sys.stderr, flush=True)
+    return show
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    runs = Run.list()
+    if args.json:
+        print(json.dumps(runs, indent=2, default=str))
+        return 0
+    if not runs:
+        print("no runs yet; start one with `atomdeck up RECIPE`")
+        return 0
+    print(f"{'RUN':42} {'STATUS':9} {'CLUSTER':8} {'STARTED':19} DIAGNOSIS")
+    for m in runs:
+        started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(m.get("created", 0)))
+        print(f"{m['id']:42} {m.get('status', '?'):9} {m.get('cluster', '?'):8} {started:19} "
+              f"{(m.get('diagnosis') or '')[:60]}")
+    return 0
+
+
+__all__ = ["RunDir", "cmd_down", "cmd_logs", "cmd_runs", "cmd_status", "cmd_up"]

@@ -1,0 +1,180 @@
+"""Pre-flight checks on the allocated nodes, before anything is launched.
+
+One small POSIX-sh script runs on every node in parallel (as a Slurm step or over SSH) and prints
+`key=value` lines; `findings_from` turns them into findings that name the node.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shlex
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from ..config.errors import PreflightError
+from ..design.commands import ProcessSpec
+from ..design.findings import Finding
+from ..design.plan import Plan
+from .shell import Result
+
+VRAM_IDLE_PCT = 10
+
+# $1: ports to check (space separated), $2: a path that must exist (or ""), $3: runtime check command
+SCRIPT = r'''ports=$1; model=$2; runtime=$3
+echo "host=$(hostname)"
+nic=none
+if [ -d /sys/class/infiniband ]; then
+  for d in /sys/class/infiniband/*; do
+    [ -e "$d" ] || continue
+    case "$(basename "$d")" in bnxt_re*) nic=bnxt_re;; ionic*) nic=ionic;; mlx5*) [ "$nic" = none ] && nic=mlx5;; esac
+  done
+fi
+echo "nic=$nic"
+if [ -n "$model" ]; then if [ -e "$model" ]; then echo "model=present"; else echo "model=missing"; fi; fi
+listening=$(cat /proc/net/tcp /proc/net/tcp6 2>/dev/null |
+  awk 'NR>1 && $4=="0A" {split($2,a,":"); print a[2]}' | sort -u)
+busy=
+for p in $ports; do
+  hex=$(printf '%04X' "$p")
+  for l in $listening; do [ "$l" = "$hex" ] && busy="$busy $p"; done
+done
+echo "busy_ports=$busy"
+if [ -n "$runtime" ]; then
+  if out=$(sh -c "$runtime" 2>&1); then echo "runtime=ok"; else echo "runtime=missing $(echo "$out" | tail -1)"; fi
+fi
+if command -v rocm-smi >/dev/null 2>&1; then
+  echo "gpu_json=$(rocm-smi --showmemuse --json 2>/dev/null | tr -d '\n')"
+else
+  echo "gpu_json="
+fi
+echo "preflight=done"
+'''
+
+
+@dataclass
+class NodeCheck:
+    node: str
+    ports: list[int]
+    model_path: str = ""
+    runtime: str = ""  # a shell command that fails when the worker's runtime is not importable
+    result: dict[str, str] = field(default_factory=dict)
+
+
+def checks_for(plan: Plan, processes: list[ProcessSpec]) -> list[NodeCheck]:
+    """What to check on each node: its ports, the model path as the node sees it, the runtime."""
+    out = []
+    for node in plan.selection.all():
+        ports = sorted({port for p in processes if p.node == node for port in p.ports})
+        out.append(NodeCheck(node, ports, model_host_path(plan, node), runtime_check(processes, node)))
+    return out
+
+
+def model_host_path(plan: Plan, node: str) -> str:
+    """The model's path on the node's file system ('' when it is a hub id)."""
+    path = plan.recipe.model.path
+    if not path.startswith("/"):
+        return ""
+    c = plan.cluster
+    mount = c.container.mount_path.rstrip("/")
+    host_dir = c.model_dir(node)
+    if c.container.runtime == "docker" and host_dir and (path == mount or path.startswith(mount + "/")):
+        return host_dir.rstrip("/") + path[len(mount):]
+    return path
+
+
+def runtime_check(processes: list[ProcessSpec], node: str) -> str:
+    """A shell command that fails when the node cannot start the worker's program: with a container,
+    docker must be there; without, the worker's module must import with the worker's own environment."""
+    for p in processes:
+        if p.node != node or p.role == "router" or not p.inner:
+            continue
+        if p.inner[0] == "docker":
+            return ("command -v docker >/dev/null || { echo 'docker: command not found'; exit 1; }; "
+                    "docker info >/dev/null 2>&1 || { echo 'docker: the Docker daemon is not reachable'; exit 1; }")
+        if p.argv[:2] == ["python3", "-m"]:
+            env = p.inner[1:len(p.inner) - len(p.argv)] if p.inner[0] == "env" else []
+            probe = f"import importlib.util,sys; sys.exit(0 if importlib.util.find_spec({p.argv[2]!r}) else 1)"
+            return shlex.join(["env", *env, "python3", "-c", probe])
+    return ""
+
+
+def command(check: NodeCheck) -> list[str]:
+    return ["sh", "-c", SCRIPT, "atomdeck-preflight", " ".join(map(str, check.ports)), check.model_path,
+            check.runtime]
+
+
+def parse(output: str) -> dict[str, str]:
+    out = {}
+    for line in output.splitlines():
+        k, sep, v = line.partition("=")
+        if sep and k.isidentifier():
+            out[k] = v.strip()
+    return out
+
+
+def findings_from(check: NodeCheck, recipe_model: str) -> list[Finding]:
+    r = check.result
+    n = check.node
+    out: list[Finding] = []
+    if r.get("preflight") != "done":
+        out.append(Finding("preflight", "error", f"the pre-flight check did not finish on {n}: "
+                           f"{r.get('error', 'no output')}", "--nodes", "check the node, or pick another", n))
+        return out
+    if r.get("model") == "missing":
+        out.append(Finding("preflight-model", "error", f"model path {check.model_path} is missing on {n}",
+                           "model.path", f"put {recipe_model} there, or fix cluster model_dirs", n))
+    busy = r.get("busy_ports", "").split()
+    if busy:
+        out.append(Finding("preflight-ports", "error", f"port(s) {', '.join(busy)} already in use on {n}",
+                           "ports", "stop what listens there, or change ports.* in the recipe", n))
+    rt = r.get("runtime", "")
+    if rt.startswith("missing"):
+        out.append(Finding("preflight-runtime", "error",
+                           f"the worker's runtime cannot start on {n}: {rt[len('missing'):].strip() or 'not found'}",
+                           "image / cluster", "install ATOM on the node or use the container image", n))
+    gpu = r.get("gpu_json", "")
+    if gpu:
+        for card, pct in _vram_use(gpu):
+            if pct > VRAM_IDLE_PCT:
+                out.append(Finding("preflight-gpu", "error",
+                                   f"{card} on {n} already uses {pct:.0f}% VRAM (a leftover process?)",
+                                   "--nodes", f"free the GPU (VRAM <= {VRAM_IDLE_PCT}%) or pick another node", n))
+    return out
+
+
+def _vram_use(text: str) -> list[tuple[str, float]]:
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return []
+    out = []
+    for card, fields in (data or {}).items():
+        if not isinstance(fields, dict):
+            continue
+        for k, v in fields.items():
+            if "VRAM" in k and "%" in k:
+                try:
+                    out.append((card, float(v)))
+                except (TypeError, ValueError):
+                    pass
+    return out
+
+
+async def run_checks(plan: Plan, processes: list[ProcessSpec],
+                     run_on: Callable[[str, list[str]], Awaitable[Result]]) -> dict[str, str]:
+    """Run the script on every node in parallel (run_on(node, argv) runs it there: an srun step, an SSH
+    command). Raises PreflightError with every finding; returns each node's RDMA NIC type."""
+    checks = checks_for(plan, processes)
+
+    async def one(ch: NodeCheck) -> None:
+        res = await run_on(ch.node, command(ch))
+        ch.result = parse(res.stdout)
+        if not res.ok and "preflight" not in ch.result:
+            ch.result["error"] = (res.stderr or res.stdout).strip()[-300:]
+
+    await asyncio.gather(*(one(ch) for ch in checks))
+    findings = [f for ch in checks for f in findings_from(ch, plan.recipe.model.path)]
+    if findings:
+        raise PreflightError(findings)
+    return {ch.node: ch.result.get("nic", "none") for ch in checks}

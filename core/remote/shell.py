@@ -1,0 +1,117 @@
+"""One way to run a command and read its output: locally, or on another host over SSH.
+
+Slurm commands, pre-flight checks and the ssh launcher all go through a Runner, so the same
+code works on the operator's machine and on a login host.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+
+from ..config.errors import AtomdeckError
+
+
+@dataclass(frozen=True)
+class Result:
+    argv: list[str]
+    rc: int
+    stdout: str
+    stderr: str
+
+    @property
+    def ok(self) -> bool:
+        return self.rc == 0
+
+    def explain(self) -> str:
+        err = (self.stderr or self.stdout).strip().splitlines()
+        tail = err[-1] if err else "(no output)"
+        return f"`{' '.join(self.argv[:3])}...` exited {self.rc}: {tail}"
+
+
+class CommandError(AtomdeckError):
+    def __init__(self, result: Result, what: str = ""):
+        self.result = result
+        super().__init__(f"{what + ': ' if what else ''}{result.explain()}")
+
+
+class Runner:
+    """Runs commands somewhere. `where` names the place for messages ("local", "ssh mia1-login")."""
+
+    where = "?"
+
+    async def run(self, argv: list[str], *, input: str | None = None, timeout: float | None = 60,
+                  env: Mapping[str, str] | None = None, check: bool = False) -> Result:
+        raise NotImplementedError
+
+    async def stream(self, argv: list[str], *, env: Mapping[str, str] | None = None) -> AsyncIterator[str]:
+        raise NotImplementedError
+        yield ""  # pragma: no cover
+
+    async def open_connection(self, host: str, port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """A TCP connection from this runner's vantage point (probes use it)."""
+        raise NotImplementedError
+
+    async def close(self) -> None:
+        return None
+
+
+class LocalRunner(Runner):
+    where = "local"
+
+    async def run(self, argv: list[str], *, input: str | None = None, timeout: float | None = 60,
+                  env: Mapping[str, str] | None = None, check: bool = False) -> Result:
+        full_env = {**os.environ, **env} if env else None
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv, stdin=asyncio.subprocess.PIPE if input is not None else asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=full_env,
+                start_new_session=True)
+        except FileNotFoundError:
+            res = Result(list(argv), 127, "", f"{argv[0]}: command not found")
+            if check:
+                raise CommandError(res) from None
+            return res
+        try:
+            out, err = await asyncio.wait_for(proc.communicate(input.encode() if input is not None else None),
+                                              timeout)
+        except (TimeoutError, asyncio.CancelledError):
+            _kill_group(proc.pid)
+            await proc.wait()
+            if asyncio.current_task() is not None and asyncio.current_task().cancelling():
+                raise
+            res = Result(list(argv), 124, "", f"timed out after {timeout:g}s")
+            if check:
+                raise CommandError(res) from None
+            return res
+        res = Result(list(argv), proc.returncode or 0, out.decode(errors="replace"), err.decode(errors="replace"))
+        if check and not res.ok:
+            raise CommandError(res)
+        return res
+
+    async def stream(self, argv: list[str], *, env: Mapping[str, str] | None = None) -> AsyncIterator[str]:
+        full_env = {**os.environ, **env} if env else None
+        proc = await asyncio.create_subprocess_exec(*argv, stdout=asyncio.subprocess.PIPE,
+                                                    stderr=asyncio.subprocess.STDOUT, env=full_env,
+                                                    start_new_session=True)
+        try:
+            assert proc.stdout is not None
+            async for raw in proc.stdout:
+                yield raw.decode(errors="replace").rstrip("\n")
+        finally:
+            if proc.returncode is None:
+                _kill_group(proc.pid)
+            await proc.wait()
+
+    async def open_connection(self, host: str, port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        return await asyncio.open_connection(host, port)
+
+
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass

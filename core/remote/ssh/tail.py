@@ -1,0 +1,178 @@
+"""Resumable log tails from a byte offset, over any Runner (local or SSH).
+
+`tail()` yields `(next_offset, line)`: `next_offset` is the byte offset just past that line, so a
+caller that stores it can resume later (another session, after a crash) with no line lost and
+none repeated. Offsets count bytes of the file, not characters: a partial last line is held back
+until its newline arrives, non-UTF-8 bytes are decoded with replacement without disturbing the
+count, and a line longer than `max_line` bytes comes out in pieces. When the connection drops the
+tail restarts from the last offset with back-off; the connection's state reaches `on_state`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+from collections.abc import AsyncIterator, Callable
+
+from ..shell import CommandError, LocalRunner, Result, Runner
+from .connection import ConnState
+from .target import Backoff, SshError
+
+__all__ = ["DEFAULT_MAX_LINE", "ConnState", "LineSplitter", "tail", "tail_argv"]
+
+DEFAULT_MAX_LINE = 64 * 1024
+
+
+class LineSplitter:
+    """Bytes in, `(next_offset, line)` out, counting bytes exactly."""
+
+    def __init__(self, offset: int = 0, max_line: int = DEFAULT_MAX_LINE):
+        if max_line < 16:
+            raise ValueError("max_line must be at least 16 bytes")
+        self.offset = offset  # just past the last byte handed out
+        self.max_line = max_line
+        self._buf = bytearray()
+
+    @property
+    def pending(self) -> int:
+        """Bytes received but not yet handed out (a partial line)."""
+        return len(self._buf)
+
+    def feed(self, data: bytes) -> list[tuple[int, str]]:
+        """Complete lines (and max_line pieces of over-long ones) found so far."""
+        buf = self._buf
+        buf += data
+        out: list[tuple[int, str]] = []
+        pos = 0
+        cap = self.max_line
+        while True:
+            nl = buf.find(b"\n", pos, pos + cap + 1)
+            if nl != -1:
+                raw = bytes(buf[pos:nl])
+                self.offset += nl + 1 - pos
+                pos = nl + 1
+                out.append((self.offset, _decode(raw).removesuffix("\r")))
+            elif len(buf) - pos > cap:
+                cut = pos + cap
+                # Cut before a UTF-8 continuation byte's lead, so a character is not split in two
+                # (which would show as two replacement marks). Bytes are never dropped either way.
+                while cut > pos + cap - 3 and buf[cut] & 0xC0 == 0x80:
+                    cut -= 1
+                self.offset += cut - pos
+                out.append((self.offset, _decode(bytes(buf[pos:cut]))))
+                pos = cut
+            else:
+                break
+        del buf[:pos]
+        return out
+
+    def flush(self) -> list[tuple[int, str]]:
+        """The held-back partial last line, if any: only when the file is known to be complete."""
+        if not self._buf:
+            return []
+        self.offset += len(self._buf)
+        line = _decode(bytes(self._buf))
+        self._buf.clear()
+        return [(self.offset, line)]
+
+    def reset(self) -> None:
+        """Forget the partial line: after a restart it is read again from `offset`."""
+        self._buf.clear()
+
+
+def _decode(raw: bytes) -> str:
+    return raw.decode("utf-8", errors="replace")
+
+
+def tail_argv(path: str, offset: int, follow: bool = True) -> list[str]:
+    """The command that prints `path` from byte `offset` on (and keeps following it by name)."""
+    return ["tail", "-c", f"+{offset + 1}", *(["-F"] if follow else []), "--", path]
+
+
+async def tail(runner: Runner, path: str, offset: int = 0, *, follow: bool = True,
+               max_line: int = DEFAULT_MAX_LINE, backoff: Backoff | None = None,
+               give_up_s: float | None = None,
+               on_state: Callable[[ConnState], None] | None = None) -> AsyncIterator[tuple[int, str]]:
+    """Lines of `path` on the runner's host from byte `offset`, as `(next_offset, line)`.
+
+    follow=True keeps going (`tail -F`) and survives dropped connections: it restarts from the
+    last offset with back-off, forever unless `give_up_s` seconds pass without progress. Trust and
+    login errors (SshError.permanent) and a missing `tail` are raised at once. follow=False reads
+    to the current end of the file and then hands out the partial last line too.
+    `on_state` receives the SSH connection's state changes (connecting/up/lost/reconnecting/...).
+    """
+    bo = backoff or Backoff()
+    lines = LineSplitter(offset, max_line)
+    watch = getattr(runner, "watch", None)
+    unwatch = watch(on_state) if on_state is not None and watch is not None else None
+    loop = asyncio.get_running_loop()
+    delay = bo.first_s
+    failing_since: float | None = None
+    try:
+        while True:
+            error: Exception | None = None
+            try:
+                stream = _byte_stream(runner, tail_argv(path, lines.offset, follow))
+                async with contextlib.aclosing(stream):
+                    async for data in stream:
+                        failing_since, delay = None, bo.first_s
+                        for item in lines.feed(data):
+                            yield item
+                if not follow:
+                    for item in lines.flush():
+                        yield item
+                    return
+                # `tail -F` only ends when something killed it: treat it like a drop.
+            except SshError as exc:
+                if exc.permanent:
+                    raise
+                error = exc
+            except CommandError as exc:
+                if not follow or exc.result.rc in (126, 127):  # no such file / no `tail` there
+                    raise
+                error = exc
+            lines.reset()  # the partial line will be read again from lines.offset
+            now = loop.time()
+            failing_since = failing_since if failing_since is not None else now
+            if give_up_s is not None and now - failing_since >= give_up_s:
+                if error is not None:
+                    raise error
+                raise CommandError(Result(tail_argv(path, lines.offset, follow), 1, "", "tail kept stopping"))
+            await asyncio.sleep(delay)
+            delay = min(delay * bo.factor, bo.max_s)
+    finally:
+        if unwatch is not None:
+            unwatch()
+
+
+def _byte_stream(runner: Runner, argv: list[str]) -> AsyncIterator[bytes]:
+    """Raw stdout of argv on the runner. Line-based `Runner.stream` cannot count bytes (it decodes
+    and merges stderr), so runners offer `stream_bytes`; LocalRunner gets it here."""
+    stream_bytes = getattr(runner, "stream_bytes", None)
+    if stream_bytes is not None:
+        return stream_bytes(argv)
+    if isinstance(runner, LocalRunner):
+        return _local_stream_bytes(argv)
+    raise TypeError(f"{type(runner).__name__} has no stream_bytes(); remote tails need one")
+
+
+async def _local_stream_bytes(argv: list[str], chunk: int = 65536) -> AsyncIterator[bytes]:
+    proc = await asyncio.create_subprocess_exec(*argv, stdin=asyncio.subprocess.DEVNULL,
+                                                stdout=asyncio.subprocess.PIPE,
+                                                stderr=asyncio.subprocess.PIPE, start_new_session=True)
+    assert proc.stdout is not None and proc.stderr is not None
+    errs = asyncio.ensure_future(proc.stderr.read())
+    try:
+        while data := await proc.stdout.read(chunk):
+            yield data
+        rc = await proc.wait()
+        if rc != 0:
+            raise CommandError(Result(argv, rc, "", (await errs).decode(errors="replace")))
+    finally:
+        errs.cancel()
+        if proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            await proc.wait()

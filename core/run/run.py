@@ -1,0 +1,401 @@
+"""A Run: launch a plan, watch it come up, keep its state, tear it down. The one path used by the
+console, the CLI and any later session (the run directory is the truth).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from functools import partial
+from pathlib import Path
+
+import yaml
+
+from ..config.cluster import Cluster, parse_cluster
+from ..config.errors import AtomdeckError
+from ..config.recipe import Recipe, parse_recipe
+from ..config.secrets import MASK, is_secret, redact_line
+from ..design.commands import ProcessSpec, render
+from ..design.inventory import Node
+from ..design.lint import Assessment
+from ..design.plan import Plan, Selection, build_plan
+from ..design.workspace import Workspace, default_context
+from ..launch.base import Launcher, ProcHandle, StopReport
+from ..remote.filetail import read_last_lines
+from ..remote.probes import tcp_probe
+from .barrier import BarrierProber
+from .diagnose import diagnose
+from .events import Event, RunState, new_state, replay
+from .rundir import RunDir, new_run_id
+from .watching import RunWatching, cancel_all
+
+DEFAULT_GRACE = 10.0
+PERSIST = {"proc.started", "proc.stage", "proc.exit", "proc.error", "cell", "pair", "check", "run", "teardown",
+           "conn", "note"}
+
+
+def make_launcher(cluster: Cluster, run_id: str, run_dir: str, meta: dict | None = None) -> Launcher:
+    launcher: Launcher
+    if cluster.launcher == "local":
+        from ..launch.local import LocalLauncher
+
+        launcher = LocalLauncher(run_id, run_dir)
+    elif cluster.launcher == "slurm":
+        from ..launch.slurm import SlurmLauncher
+
+        launcher = SlurmLauncher(run_id, run_dir, cluster, meta or {})
+    else:
+        from ..launch.ssh import SshLauncher
+
+        launcher = SshLauncher(run_id, run_dir, cluster, meta or {})
+    launcher.on_facts = partial(_record_facts, Path(run_dir))
+    return launcher
+
+
+def _record_facts(run_dir: Path, facts: dict) -> None:
+    """A launcher's facts (a Slurm job id as soon as sbatch answers) go into run.json at once."""
+    if (run_dir / "run.json").exists():
+        RunDir(run_dir).update_meta(**facts)
+
+
+@dataclass
+class TeardownReport:
+    clean: bool
+    processes: list[StopReport] = field(default_factory=list)
+    open_ports: list[str] = field(default_factory=list)
+    released: list[str] = field(default_factory=list)
+
+    def lines(self) -> list[str]:
+        out = [f"{r.node:16} {r.name:12} {'gone' if r.ok else 'STILL RUNNING'}: {r.detail}" for r in self.processes]
+        out += [f"released: {x}" for x in self.released]
+        out += [f"port still open: {p}" for p in self.open_ports]
+        out.append("verified clean: every process gone, every port closed" if self.clean else "NOT clean")
+        return out
+
+    def to_json(self) -> dict:
+        return {"clean": self.clean, "processes": [asdict(r) for r in self.processes], "open_ports": self.open_ports,
+                "released": self.released}
+
+
+class Run(RunWatching):
+    """One deployment, live or reattached. Watching lives in watching.py (RunWatching)."""
+
+    def __init__(self, rd: RunDir, recipe: Recipe, cluster: Cluster, plan: Plan, processes: list[ProcessSpec],
+                 launcher: Launcher, state: RunState):
+        self.rd = rd
+        self.id = rd.id
+        self.recipe = recipe
+        self.cluster = cluster
+        self.plan = plan
+        self.processes = {p.name: p for p in processes}
+        self.launcher = launcher
+        self.state = state
+        self.handles: dict[str, ProcHandle] = {}
+        self.offsets: dict[str, int] = {}
+        self.listeners: list[Callable[[Event], None]] = []
+        self.line_listeners: list[Callable[[str, str], None]] = []
+        self.stopping = False
+        self.prober: BarrierProber | None = None
+        self._changed = asyncio.Event()
+        self._hints: set[str] = set()
+        self._decode_target: dict[str, str] = {}
+        self._background: set[asyncio.Task] = set()
+        self._secrets = {k: v for p in processes for k, v in p.all_env().items() if is_secret(k) and v and v != MASK}
+
+    # ---------------------------------------------------------------------------------------- creation
+    @classmethod
+    async def launch(cls, ws: Workspace, a: Assessment, job_id: str | None = None) -> Run:
+        """Start every process of an assessed plan. Refuses a plan with errors."""
+        if a.plan is None or not a.ok:
+            errs = "; ".join(f"{f.rule}: {f.message}" for f in a.errors()) or "no plan"
+            raise AtomdeckError(f"the plan has errors, nothing was launched: {errs}")
+        plan = a.plan
+        await check_ports_free(plan, a.processes, make_launcher(plan.cluster, "preflight", "/", {}))
+        run_id = new_run_id(plan.recipe.name)
+        rd = RunDir.create(run_id)
+        meta = RunDir.initial_meta(run_id, plan.recipe.name, plan.cluster.name, plan.cluster.launcher)
+        if job_id:
+            meta["job_id"] = job_id
+        rd.write_json("run.json", meta)
+        rd.write_text("recipe.yaml", redacted_yaml(plan.recipe.model_dump(mode="json", exclude_defaults=True)))
+        rd.write_text("cluster.yaml", redacted_yaml(plan.cluster.model_dump(mode="json")))
+        sel = plan.selection
+        rd.write_json("selection.json", {"prefill": sel.prefill, "decode": sel.decode, "workers": sel.workers,
+                                         "router": sel.router, "overrides": sorted(plan.overrides)})
+        rd.write_json("inventory.json", [{"name": n.name, "addr": n.addr, "states": n.states, "gpus": n.gpus,
+                                          "partitions": n.partitions, "reason": n.reason} for n in plan.nodes])
+        launcher = make_launcher(plan.cluster, run_id, str(rd.path), meta)
+        try:
+            facts = await launcher.prepare(plan, a.processes)
+        except BaseException as e:
+            rd.update_meta(status="failed", diagnosis=f"could not prepare the launch: {e}")
+            await launcher.close()
+            raise
+        meta.update(facts)
+        rd.write_json("run.json", meta)
+        ctx = default_context(plan.cluster, run_id=run_id, job_id=meta.get("job_id"), log_dir=str(rd.path / "logs"),
+                              nic=facts.get("nic", {}))
+        processes = render(plan, ws.catalog, ctx)
+        _write_plan_files(rd, a, processes)
+        run = cls(rd, plan.recipe, plan.cluster, plan, processes, launcher, _fresh_state(run_id, plan, processes))
+        run.emit(Event("run", value="launching", detail=f"{plan.shape} on {plan.cluster.name}"))
+        started = await launcher.start_many(processes)
+        for p, h in zip(processes, started):
+            if isinstance(h, BaseException):
+                run.emit(Event("proc.stage", p.name, "failed", f"could not start: {h}"))
+                continue
+            run.handles[p.name] = h
+            rd.save_handle(h)
+            run.emit(Event("proc.started", p.name, detail=f"pid {h.pid} on {h.node}",
+                           data={"pid": h.pid, "node": h.node, "step": h.step}))
+        if any(p.stage == "failed" for p in run.state.procs.values()):
+            run._set_status("failed")
+        else:
+            run.emit(Event("run", value="starting", detail=f"{len(processes)} processes started"))
+            rd.update_meta(status="starting")  # `atomdeck runs` says so even when nobody watches it
+        return run
+
+    @classmethod
+    def open(cls, run_id: str | None = None) -> Run:
+        """Reattach to a run from its directory (any session, any console)."""
+        rd = RunDir.find(run_id)
+        meta = rd.meta()
+        recipe = parse_recipe(rd.read_text("recipe.yaml"), str(rd.path / "recipe.yaml"))
+        cluster = parse_cluster(rd.read_text("cluster.yaml"), str(rd.path / "cluster.yaml"))
+        sel = rd.read_json("selection.json")
+        inventory = [Node(d["name"], d["addr"], tuple(d["states"]), d["gpus"], tuple(d["partitions"]), d["reason"])
+                     for d in rd.read_json("inventory.json")]
+        selection = Selection(tuple(sel["prefill"]), tuple(sel["decode"]), tuple(sel["workers"]), sel["router"])
+        plan = build_plan(recipe, cluster, inventory, selection, frozenset(sel.get("overrides", ())))
+        ctx = default_context(cluster, run_id=rd.id, job_id=meta.get("job_id"), log_dir=str(rd.path / "logs"))
+        processes = render(plan, None, ctx)
+        launcher = make_launcher(cluster, rd.id, str(rd.path), meta)
+        state = replay(_fresh_state(rd.id, plan, processes), rd.event_lines())
+        run = cls(rd, recipe, cluster, plan, processes, launcher, state)
+        run.stopping = state.status in ("stopping", "stopped", "dirty")
+        run.handles = {h.name: h for h in rd.handles()}
+        try:
+            run.offsets = {k: int(v) for k, v in rd.read_json("offsets.json").items()}
+        except AtomdeckError:
+            run.offsets = {}
+        for name, h in run.handles.items():
+            p = run.state.procs.get(name)
+            if p is not None and not p.last_lines:
+                local = h.log_path if h.launcher != "ssh" else str(rd.log_path(name))  # ssh: the local mirror
+                p.last_lines.extend(read_last_lines(local, 20))
+        return run
+
+    @staticmethod
+    def list() -> list[dict]:
+        """Every run directory's summary, newest last."""
+        out = []
+        for rd in RunDir.all():
+            try:
+                m = rd.meta()
+            except AtomdeckError:
+                continue
+            out.append({**m, "dir": str(rd.path)})
+        return sorted(out, key=lambda m: m.get("created", 0))
+
+    # ----------------------------------------------------------------------------------------- events
+    def emit(self, e: Event) -> None:
+        changed = self.state.apply(e)
+        if changed and e.kind in PERSIST:
+            self.rd.append_events([e])
+        if changed:
+            self._changed.set()
+            for fn in list(self.listeners):
+                fn(e)
+
+    def torn_down_elsewhere(self) -> bool:
+        """Another session (a console, `atomdeck down`) is tearing this run down, or has."""
+        if self.rd.teardown_in_progress():
+            return True
+        try:
+            return self.rd.meta().get("status") in ("stopping", "stopped", "dirty")
+        except AtomdeckError:
+            return False
+
+    def _set_status(self, status: str, detail: str | None = None) -> None:
+        if detail is None:
+            detail = diagnose(self.state).headline
+        self.emit(Event("run", value=status, detail=detail))
+        if status in ("serving", "failed", "stopped", "dirty"):
+            try:
+                self.rd.update_meta(status=status, diagnosis=detail)
+            except AtomdeckError:
+                pass
+
+    def _fail(self, why: str | None = None) -> None:
+        if self.stopping or self.state.status in ("failed", "stopping", "stopped", "dirty"):
+            return
+        self._set_status("failed", why or diagnose(self.state).headline)
+
+    def save_offsets(self) -> None:
+        if self.offsets:
+            try:
+                self.rd.write_json("offsets.json", self.offsets)
+            except OSError:
+                pass
+
+    # ------------------------------------------------------------------------------------------ logs
+    def local_log(self, name: str) -> str:
+        """The log file on this machine (the node's own file for local/Slurm; the mirror for SSH)."""
+        h = self.handles.get(name)
+        if h is None:
+            raise AtomdeckError(f"run {self.id} has no process {name}; it has: {', '.join(self.processes)}")
+        return h.log_path if h.launcher != "ssh" else str(self.rd.log_path(name))
+
+    async def log_lines(self, name: str, last: int | None = None) -> list[str]:
+        """A process's whole log (or its last lines), read from where it lives, redacted."""
+        h = self.handles.get(name)
+        if h is None:
+            raise AtomdeckError(f"run {self.id} has no process {name}; it has: {', '.join(self.processes)}")
+        lines: list[str] = []
+        q: asyncio.Queue = asyncio.Queue()
+
+        async def pump() -> None:
+            async for _, line in self.launcher.tail(h, 0):
+                await q.put(line)
+
+        task = asyncio.create_task(pump())
+        try:
+            while True:
+                try:
+                    lines.append(await asyncio.wait_for(q.get(), 0.5))
+                except TimeoutError:
+                    break
+        finally:
+            await cancel_all([task])
+        lines = lines[-last:] if last else lines
+        return [redact_line(x, self._secrets) for x in lines]
+
+    async def follow_log(self, name: str, last: int = 0):
+        """The last `last` lines, then every new line as it arrives (redacted)."""
+        h = self.handles.get(name)
+        if h is None:
+            raise AtomdeckError(f"run {self.id} has no process {name}; it has: {', '.join(self.processes)}")
+        start = 0
+        if h.launcher != "ssh":
+            import os
+
+            for line in read_last_lines(h.log_path, last) if last else []:
+                yield redact_line(line, self._secrets)
+            start = os.path.getsize(h.log_path) if os.path.exists(h.log_path) else 0
+        async for _, line in self.launcher.tail(h, start):
+            yield redact_line(line, self._secrets)
+
+    # ------------------------------------------------------------------------------------------ teardown
+    async def teardown(self, grace: float | None = None) -> TeardownReport:
+        """Stop every process (all at once), SIGKILL after the grace period, then verify: every process
+        gone, every port closed. Idempotent; safe when part of the run already died."""
+        grace = DEFAULT_GRACE if grace is None else grace
+        with self.rd.lock():
+            self.stopping = True
+            self.emit(Event("run", value="stopping", detail=f"grace {grace:g}s"))
+            self.rd.update_meta(status="stopping")
+
+            async def stop_one(h: ProcHandle) -> StopReport:
+                self.emit(Event("teardown", h.name, "stopping", f"on {h.node}"))
+                try:
+                    (rep,) = await self.launcher.stop([h], grace)
+                except Exception as e:  # one unreachable node must not stop the teardown of the others
+                    rep = StopReport(h.name, h.node, False, f"not verified: could not stop it on {h.node}: {e}; "
+                                     f"run `atomdeck down {self.id}` again once {h.node} answers")
+                self.emit(Event("teardown", h.name, "gone" if rep.ok else "left", rep.detail))
+                if rep.ok and self.state.procs.get(h.name) and self.state.procs[h.name].alive is not False:
+                    self.emit(Event("proc.exit", h.name, "stopped", rep.detail))
+                return rep
+
+            try:
+                reports = list(await asyncio.gather(*(stop_one(h) for h in self.handles.values())))
+                problems: list[str] = []
+                containers: dict[str, list[str]] = {}
+                for p in self.processes.values():
+                    if p.container:
+                        containers.setdefault(p.node, []).append(p.container)
+                if containers:  # before the allocation goes: Slurm reaches the nodes through it
+                    for done, line in await self.launcher.remove_containers(containers):
+                        self.emit(Event("teardown", "containers", "removed" if done else "left", line))
+                        if not done:
+                            problems.append(line)
+                try:
+                    released = await self.launcher.release(list(self.plan.selection.all()))
+                except Exception as e:
+                    released = []
+                    problems.append(f"the allocation was not released: {e}")
+                    self.emit(Event("teardown", "allocation", "left", problems[-1]))
+                return await self._verify_stopped(reports, released, "; ".join(problems))
+            except BaseException:  # interrupted or failed half-way: never leave the run "stopping"
+                self._set_status("dirty", "teardown interrupted; run `atomdeck down` again")
+                raise
+
+    async def _verify_stopped(self, reports: list[StopReport], released: list[str],
+                              problems: str) -> TeardownReport:
+        for r in released:
+            self.emit(Event("teardown", "allocation", "released", r))
+        ports = sorted({(p.node, p.host, port) for p in self.processes.values() for port in p.ports})
+        results = await asyncio.gather(*(tcp_probe(host, port, 1.0, self.launcher.probe_runner(node))
+                                         for node, host, port in ports))
+        still_open = [f"{node}:{port}" for (node, _, port), res in zip(ports, results) if res == "open"]
+        seen = {(node, port): res for (node, _, port), res in zip(ports, results)}
+        for c in self.state.cells.values():  # the barrier grid shows the ports closing
+            if (c.node, c.port) in seen:
+                self.emit(Event("cell", c.key, seen[(c.node, c.port)], data={"node": c.node, "port": c.port}))
+        for key in still_open:
+            self.emit(Event("teardown", key, "open", "port still accepting connections"))
+        clean = all(r.ok for r in reports) and not still_open and not problems
+        self._set_status("stopped" if clean else "dirty",
+                         "verified clean" if clean else f"not clean: {len(still_open)} port(s) open, "
+                         f"{sum(not r.ok for r in reports)} process(es) not verified gone"
+                         + (f"; {problems}" if problems else ""))
+        self.rd.update_meta(stopped=time.time())
+        return TeardownReport(clean, reports, still_open, released)
+
+    async def close(self) -> None:
+        self.save_offsets()
+        await self.launcher.close()
+
+
+def redacted_yaml(data: dict) -> str:
+    """YAML of a recipe or cluster with the values of secret-looking env entries masked (run directories
+    never hold secrets)."""
+    def walk(obj, in_env: bool = False):
+        if isinstance(obj, dict):
+            return {k: (MASK if in_env and is_secret(str(k)) and v else walk(v, k == "env")) for k, v in obj.items()}
+        if isinstance(obj, list):
+            return [walk(v) for v in obj]
+        return obj
+    return yaml.safe_dump(walk(data), sort_keys=False, default_flow_style=False, width=100)
+
+
+async def check_ports_free(plan: Plan, processes: list[ProcessSpec], launcher: Launcher) -> None:
+    """Refuse to launch onto ports something else already listens on (it would pass the barrier)."""
+    wanted = sorted({(p.node, p.host, port, p.name) for p in processes for port in p.ports})
+    try:
+        results = await asyncio.gather(*(tcp_probe(host, port, 1.0, launcher.probe_runner(node))
+                                         for node, host, port, _ in wanted))
+    finally:
+        await launcher.close()
+    taken = [f"{node} {host}:{port} (wanted by {name})" for (node, host, port, name), r in zip(wanted, results)
+             if r == "open"]
+    if taken:
+        raise AtomdeckError(f"port(s) already in use, nothing was launched: {'; '.join(taken)}. Stop what holds "
+                            "them (an earlier run? `atomdeck runs`) or change ports.* in the recipe")
+
+
+def _fresh_state(run_id: str, plan: Plan, processes: list[ProcessSpec]) -> RunState:
+    cells = [{"node": c.node, "host": c.host, "port": c.port, "role": c.role, "kind": c.kind, "owner": c.owner}
+             for c in plan.barrier]
+    pairs = [(p.name, d.name) for p in plan.role_endpoints("prefill") for d in plan.role_endpoints("decode")]
+    return new_state(run_id, [(p.name, p.role, p.node) for p in processes], cells, pairs)
+
+
+def _write_plan_files(rd: RunDir, a: Assessment, processes: list[ProcessSpec]) -> None:
+    from ..design.export import export_script, plan_json
+
+    shown = Assessment(a.recipe, a.cluster, a.selection, a.plan, processes, a.findings)
+    rd.write_json("plan.json", plan_json(shown))
+    rd.write_text("commands.sh", export_script(shown))
