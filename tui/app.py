@@ -32,8 +32,8 @@ from ..core.design.workspace import Workspace, load_workspace, offline_nodes
 from ..core.run.inventory import fetch_inventory
 from . import bindings
 from .live import LiveRun
-from .messages import DesignChanged, InventoryUpdated, LaunchRequested
-from .run_control import RunControl
+from .messages import DesignChanged, InventoryUpdated, LaunchRequested, RunUpdated
+from .run_control import RunController
 from .screens.base import DesignScreen
 from .screens.layout import LayoutScreen
 from .screens.nodes import NodesScreen
@@ -51,7 +51,7 @@ LaunchHandler = Callable[[Assessment], Awaitable[None]]
 InventoryFetch = Callable[[Cluster, bool], Awaitable[tuple[list[Node], str]]]
 
 
-class ConsoleApp(RunControl, App[int]):
+class ConsoleApp(App[int]):
     TITLE = "atomdeck"
     CSS_PATH = "atomdeck.tcss"
     BINDINGS = bindings.APP
@@ -81,7 +81,6 @@ class ConsoleApp(RunControl, App[int]):
         self.refresh_s = refresh_s
         self.clock = clock or datetime.now
         self.fetch: InventoryFetch = fetch or fetch_inventory
-        self.launch_handler: LaunchHandler | None = launch_handler or self.launch_run
         self.keymap_file = keymap_file
         self.keymap: dict[str, str] = {}
         self.named_nodes: list[str] = list(named_nodes)
@@ -95,12 +94,33 @@ class ConsoleApp(RunControl, App[int]):
         self.workspace: Workspace = load_workspace(recipe, cluster)
         self.design = Design(self.workspace.recipe, tuple(nodes), frozenset(overrides))
         self.assessment: Assessment = self.design.assess(self.workspace)
-        self._init_run_control()  # the attached run (one at a time): see run_control.py
+        self.runs = RunController(self)  # the attached run (one at a time): see run_control.py
+        self.launch_handler: LaunchHandler = launch_handler or self.runs.launch_run
         self._initial_run: Run | None = None
         if run_id:
             from ..core.run.run import Run
 
             self._initial_run = Run.open(run_id)
+
+    @property
+    def live(self) -> LiveRun | None:
+        """The attached run (the run controller's)."""
+        return self.runs.live
+
+    @property
+    def launching(self) -> str:
+        """What the run view says while a launch works ('' when none does)."""
+        return self.runs.launching
+
+    def on_run_updated(self, message: RunUpdated) -> None:
+        self.runs.redraw()
+
+    async def action_quit(self) -> None:
+        """Quit the console, never the deployment (see RunController.quit)."""
+        await self.runs.quit()
+
+    async def on_unmount(self) -> None:
+        await self.runs.close()
 
     # -- start-up ---------------------------------------------------------------------------
     def on_mount(self) -> None:
@@ -112,10 +132,10 @@ class ConsoleApp(RunControl, App[int]):
             self.notify(p, title="keymap", severity="warning", timeout=8)
         self._load_theme()
         self.theme_changed_signal.subscribe(self, self._on_theme_changed)
-        self.set_interval(self.PULSE_S, self._pulse)
+        self.set_interval(self.PULSE_S, self.runs.pulse)
         if self._initial_run is not None:
             run, self._initial_run = self._initial_run, None
-            self.attach(run, watch=run.state.status not in LiveRun.OVER)
+            self.runs.attach(run, watch=run.state.status not in LiveRun.OVER)
             self.switch_mode("run")
         else:
             self.switch_mode("nodes")
@@ -255,7 +275,7 @@ class ConsoleApp(RunControl, App[int]):
             return
         if self.design_screen is None:
             return  # launching starts from the design, and happens from 3 Preview only
-        if self.refuse_while_launching("launch again"):
+        if self.runs.refuse_while_launching("launch again"):
             return
         a = self.assessment
         if not a.ok:
@@ -282,11 +302,7 @@ class ConsoleApp(RunControl, App[int]):
         self.push_screen(ConfirmDialog("Launch this deployment?", text, yes="Launch", danger=False), done)
 
     async def on_launch_requested(self, message: LaunchRequested) -> None:
-        if self.launch_handler is None:
-            self.notify("launching is wired in by the run engine; nothing was started", title="Launch",
-                        severity="warning", timeout=6)
-            return
-        if self.refuse_while_launching("launch again"):
+        if self.runs.refuse_while_launching("launch again"):
             return
         # not exclusive: a second launch must never cancel the first half-way (it is refused instead)
         self.run_worker(self.launch_handler(message.assessment), group="launch", exit_on_error=False)
@@ -391,7 +407,7 @@ class ConsoleApp(RunControl, App[int]):
             yield SystemCommand("Launch", "launch this deployment (asks first)", self.action_launch)
         if not self.readonly and self.live is not None:
             yield SystemCommand("Tear down the run…", f"stop every process of run {self.live.id} (asks first)",
-                                self.request_teardown)
+                                self.runs.request_teardown)
 
     def _load_theme(self) -> None:
         name = self._theme_choice or _read_settings().get("theme")

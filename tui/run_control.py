@@ -1,6 +1,6 @@
-"""The run side of the console App: launch (the default launch handler), attach and watch, open
-logs, tear down, reattach, quit without stopping anything. A mixin of ConsoleApp, kept apart from
-the design side (app.py).
+"""The run side of the console: launch (the default launch handler), attach and watch, open logs,
+tear down, reattach, quit without stopping anything. ConsoleApp has one RunController (`app.runs`);
+the design side stays in app.py.
 
 core's Run does the work. Watching runs in a watcher process (watcher.py, watch_client.py) so the
 console's own loop only draws; teardown and launch are core calls awaited in workers.
@@ -24,41 +24,36 @@ if TYPE_CHECKING:
     from textual.worker import Worker
 
     from ..core.run.run import Run
+    from .app import ConsoleApp
     from .watch_client import WatchProcess
 
 
-class RunControl:
-    """Needs, from the App: notify, push_screen, switch_mode, run_worker, post_message, exit,
-    screen_stack, workspace, readonly; keeps `live` (the attached run) and `launching`."""
+class RunController:
+    """The console's attached run (one at a time) and what is done to it. Owned by the App, which it
+    uses for screens, workers, notifications and messages."""
 
-    live: LiveRun | None
-    launching: str
-    quit_message: Text | None
-    _watch_worker: Worker | None
-    _watcher: WatchProcess | None
-    _pulsed: tuple
-
-    def _init_run_control(self) -> None:
-        self.live = None
+    def __init__(self, app: ConsoleApp) -> None:
+        self.app = app
+        self.live: LiveRun | None = None
         self.launching = ""  # what the run view says while Run.launch works
         self._quit_armed = False  # q pressed once during a launch
-        self.quit_message = None  # what quitting printed (the run left running)
-        self._watch_worker = None
-        self._watcher = None
-        self._pulsed = ()
+        self.quit_message: Text | None = None  # what quitting printed (the run left running)
+        self._watch_worker: Worker | None = None
+        self._watcher: WatchProcess | None = None
+        self._pulsed: tuple = ()
 
     def show_run_view(self) -> None:
         """Switch to the run view, dropping screens left on it for another run (a log view of the
         run watched before: its listeners are gone, it would show that run frozen)."""
-        self.switch_mode("run")
-        while len(self.screen_stack) > 1 and getattr(self.screen, "live", self.live) is not self.live:
-            self.pop_screen()
+        self.app.switch_mode("run")
+        while len(self.app.screen_stack) > 1 and getattr(self.app.screen, "live", self.live) is not self.live:
+            self.app.pop_screen()
 
     def refuse_while_launching(self, what: str) -> bool:
         """True (and says so) while Run.launch works: a second launch, opening or tearing down another
         run meanwhile would cancel it half-way or race it for the run view."""
         if self.launching:
-            self.notify(f"a launch is in progress; {what} when it has started (4 Run shows it)",
+            self.app.notify(f"a launch is in progress; {what} when it has started (4 Run shows it)",
                         title="Launching", severity="warning")
             return True
         return False
@@ -68,7 +63,7 @@ class RunControl:
         from .screens.dialogs import MessageDialog
 
         if self.live is not None and self.live.teardown_running:
-            self.notify("a teardown is still running; launch again when it finished", severity="warning")
+            self.app.notify("a teardown is still running; launch again when it finished", severity="warning")
             return
         before = self.live
         plan = a.plan
@@ -77,25 +72,26 @@ class RunControl:
                           f"are free, then starting {len(a.processes)} processes on {len(plan.nodes)} nodes …")
         await self.detach()
         self.show_run_view()
-        self._poke()
+        self.poke()
         from ..core.run.run import Run
 
         try:
-            run = await Run.launch(self.workspace, a)
+            run = await Run.launch(self.app.workspace, a)
         except Exception as e:  # every refusal is shown, none crashes the console
             self.launching, self._quit_armed = "", False
-            self._poke()
+            self.poke()
             findings = getattr(e, "findings", None)
             if findings:
-                self.push_screen(MessageDialog("Pre-flight failed: nothing was launched", _preflight_text(findings)))
+                self.app.push_screen(MessageDialog("Pre-flight failed: nothing was launched",
+                                                   _preflight_text(findings)))
             else:
-                self.push_screen(MessageDialog("Launch failed", Text(str(e) or type(e).__name__)))
+                self.app.push_screen(MessageDialog("Launch failed", Text(str(e) or type(e).__name__)))
             return
         self.launching, self._quit_armed = "", False
         self.attach(run)
         if before is not None and before.running:
-            self.notify(f"run {before.id} keeps running (not watched now); 5 Runs lists it", title="Launched")
-        self.notify(f"run {run.id}: {len(run.handles)} processes started", title="Launched")
+            self.app.notify(f"run {before.id} keeps running (not watched now); 5 Runs lists it", title="Launched")
+        self.app.notify(f"run {run.id}: {len(run.handles)} processes started", title="Launched")
 
     def attach(self, run: Run, watch: bool = True) -> LiveRun:
         """Make `run` the console's run (the previous one must have been detached) and watch it:
@@ -107,9 +103,9 @@ class RunControl:
         if watch:
             live.watching = True
             self._watcher = WatchProcess(run)
-            self._watch_worker = self.run_worker(self._watch(live, self._watcher), group="watch",
+            self._watch_worker = self.app.run_worker(self._watch(live, self._watcher), group="watch",
                                                  exclusive=True, exit_on_error=False)
-        self._poke()
+        self.poke()
         return live
 
     async def _watch(self, live: LiveRun, watcher: WatchProcess) -> None:
@@ -125,7 +121,7 @@ class RunControl:
             live.watching = False
             live.version += 1
         if watcher.error and self.live is live:
-            self.notify(f"stopped watching run {live.id}: {watcher.error}", title="Watch", severity="error",
+            self.app.notify(f"stopped watching run {live.id}: {watcher.error}", title="Watch", severity="error",
                         timeout=10)
 
     async def _stop_watch(self) -> None:
@@ -151,27 +147,27 @@ class RunControl:
             await live.run.close()
         except Exception:  # closing connections must not keep the console from moving on
             pass
-        self._poke()
+        self.poke()
 
     def open_run(self, run_id: str) -> None:
         """Reattach to a run (Runs view, or `--run`): Run.open, then watch it unless it is over."""
         if self.live is not None and self.live.id == run_id:
             self.show_run_view()
             return
-        self.run_worker(self._open_run(run_id), group="attach", exclusive=True, exit_on_error=False)
+        self.app.run_worker(self._open_run(run_id), group="attach", exclusive=True, exit_on_error=False)
 
     async def _open_run(self, run_id: str) -> LiveRun | None:
         from ..core.run.run import Run
 
         if self.live is not None and self.live.teardown_running:
-            self.notify("a teardown is running; wait for it before opening another run", severity="warning")
+            self.app.notify("a teardown is running; wait for it before opening another run", severity="warning")
             return None
         if self.refuse_while_launching("open another run"):
             return None
         try:
             run = Run.open(run_id)
         except Exception as e:  # a damaged run directory is reported, not fatal
-            self.notify(f"cannot open run {run_id}: {e}", title="Runs", severity="error")
+            self.app.notify(f"cannot open run {run_id}: {e}", title="Runs", severity="error")
             return None
         await self.detach()
         live = self.attach(run, watch=run.state.status not in LiveRun.OVER)
@@ -182,15 +178,15 @@ class RunControl:
         from .screens.logs import LogScreen
 
         if self.live is not None and names:
-            self.push_screen(LogScreen(self.live, names, node))
+            self.app.push_screen(LogScreen(self.live, names, node))
 
     def request_teardown(self, run_id: str | None = None) -> None:
         """Ask (the safe choice focused), then tear down with progress. A run picked on the Runs view
         is reattached first."""
-        if self.readonly:
-            self.notify("read-only console: teardown is disabled", severity="warning")
+        if self.app.readonly:
+            self.app.notify("read-only console: teardown is disabled", severity="warning")
             return
-        self.run_worker(self._ask_teardown(run_id), group="attach", exclusive=True, exit_on_error=False)
+        self.app.run_worker(self._ask_teardown(run_id), group="attach", exclusive=True, exit_on_error=False)
 
     async def _ask_teardown(self, run_id: str | None) -> None:
         from .screens.dialogs import ConfirmDialog
@@ -202,24 +198,24 @@ class RunControl:
         if run_id is not None and (live is None or live.id != run_id):
             live = await self._open_run(run_id)
         if live is None:
-            self.notify("no run to tear down", severity="warning")
+            self.app.notify("no run to tear down", severity="warning")
             return
         if live.teardown_running:
-            self.push_screen(TeardownScreen(live))
+            self.app.push_screen(TeardownScreen(live))
             return
 
         def done(yes: bool | None) -> None:
             if yes and self.live is live:
                 self.start_teardown(live)
 
-        self.push_screen(ConfirmDialog(f"Tear down run {live.id}?", plan_text(live), yes="Tear down"), done)
+        self.app.push_screen(ConfirmDialog(f"Tear down run {live.id}?", plan_text(live), yes="Tear down"), done)
 
     def start_teardown(self, live: LiveRun) -> None:
         from .screens.teardown import TeardownScreen
 
         live.begin_teardown()
-        self.push_screen(TeardownScreen(live))
-        self.run_worker(self._teardown(live), group="teardown", exit_on_error=False)
+        self.app.push_screen(TeardownScreen(live))
+        self.app.run_worker(self._teardown(live), group="teardown", exit_on_error=False)
 
     async def _teardown(self, live: LiveRun) -> None:
         from ..core.config.errors import AtomdeckError
@@ -243,43 +239,44 @@ class RunControl:
             await asyncio.sleep(WATCH_AFTER_TEARDOWN_S)  # the barrier shows the ports closing, then rest
             if self._watcher is watcher:
                 await self._stop_watch()
-        self._poke()
+        self.poke()
         if live.report is not None:
-            self.notify("verified clean: every process gone, every port closed" if live.report.clean
+            self.app.notify("verified clean: every process gone, every port closed" if live.report.clean
                         else f"NOT clean; see the run view, or `atomdeck down {live.id}`",
                         title=f"Teardown of {live.id}", severity="information" if live.report.clean else "error")
 
-    def _poke(self) -> None:
+    def poke(self) -> None:
         """Redraw the run views now (not only on the next pulse)."""
         self._pulsed = ()
-        self._pulse()
+        self.pulse()
 
-    def _pulse(self) -> None:
+    def pulse(self) -> None:
         live = self.live
         key = (id(live), live.version, live.lines_version, live.teardown_running, live.watching) if live \
             else (None, self.launching)
         if key != self._pulsed:
             self._pulsed = key
-            self.post_message(RunUpdated(live.version if live else -1))
+            self.app.post_message(RunUpdated(live.version if live else -1))
 
-    def on_run_updated(self, message: RunUpdated) -> None:
-        # the top screen, and the ones a dialog leaves visible below it (not a run view hidden under a
-        # full-screen log: redrawing it ten times a second would cost the log view its frames)
-        for screen in reversed(self.screen_stack):
+    def redraw(self) -> None:
+        """Redraw the screens that show the run: the top screen, and the ones a dialog leaves visible
+        below it (not a run view hidden under a full-screen log: redrawing it ten times a second would
+        cost the log view its frames)."""
+        for screen in reversed(self.app.screen_stack):
             update = getattr(screen, "run_updated", None)
             if update is not None:
                 update()
             if not isinstance(screen, ModalScreen):
                 break
 
-    async def action_quit(self) -> None:
+    async def quit(self) -> None:
         """Quit the console, never the deployment: a running run is left running, and we say how to
         come back to it or stop it."""
         live = self.live
         message = None
         if self.launching and not self._quit_armed:
             self._quit_armed = True
-            self.notify("a launch is in progress. Press q again to interrupt it and quit: an allocation it "
+            self.app.notify("a launch is in progress. Press q again to interrupt it and quit: an allocation it "
                         "holds is released; what it already started stays until `atomdeck down`",
                         title="Launching", severity="warning", timeout=8)
             return
@@ -297,9 +294,9 @@ class RunControl:
                 message.append("\n  (its teardown was interrupted: run `atomdeck down` to finish it)")
         self.quit_message = message
         await self.detach()
-        self.exit(0, message=message)
+        self.app.exit(0, message=message)
 
-    async def on_unmount(self) -> None:
+    async def close(self) -> None:
         """However the console ends, its watcher process ends with it (the run does not)."""
         if self._watcher is not None:
             await self._stop_watch()

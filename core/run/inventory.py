@@ -5,7 +5,6 @@ from __future__ import annotations
 from ..config.cluster import Cluster
 from ..config.errors import AtomdeckError
 from ..design.inventory import Node
-from ..launch.slurm import query_nodes
 
 
 async def fetch_inventory(cluster: Cluster, offline: bool = False) -> tuple[list[Node], str]:
@@ -14,6 +13,8 @@ async def fetch_inventory(cluster: Cluster, offline: bool = False) -> tuple[list
     if cluster.launcher != "slurm" or offline:
         note = "offline: node states from the cluster file, not checked" if cluster.launcher == "slurm" else ""
         return static, note
+    from ..launch.slurm import query_nodes  # here, not at the top: the console imports this module and stays light
+
     try:
         nodes = await query_nodes(cluster)
     except AtomdeckError as e:

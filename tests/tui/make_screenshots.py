@@ -77,7 +77,7 @@ def _run(scenario: str, then: Step | None = None) -> Step:
     async def step(pilot) -> None:
         app = pilot.app
         run = _fake(scenario)
-        app.attach(run, watch=False)
+        app.runs.attach(run, watch=False)
         app.live.watching = True  # as it would be: these runs are made up, a real one is watched
         app.switch_mode("run")
         await pilot.pause()

@@ -57,7 +57,7 @@ async def test_the_default_launch_handler_is_the_run_engine():
     """Without a handler given, a confirmed launch goes to core's Run.launch (tests/tui/test_run_*.py
     drive it for real); here nothing is launched."""
     app = make_app()
-    assert app.launch_handler == app.launch_run
+    assert app.launch_handler == app.runs.launch_run
     async with app.run_test(size=SIZE) as pilot:
         await ready(pilot)
         await pilot.press("3", "L", "n")
@@ -355,11 +355,11 @@ async def test_a_launch_in_progress_is_never_cancelled_by_a_second_launch_or_a_s
 
     async def slow(assessment):  # a launch that waits, as one does for a Slurm allocation
         calls.append(assessment)
-        app.launching = "Launching … waiting for the allocation"
+        app.runs.launching = "Launching … waiting for the allocation"
         try:
             await gate.wait()
         finally:
-            app.launching = ""
+            app.runs.launching = ""
 
     app = make_app(launch_handler=slow)
     async with app.run_test(size=SIZE) as pilot:

@@ -174,7 +174,7 @@ async def test_quit_leaves_the_run_running_and_another_console_tears_it_down():
         await until(pilot, lambda: first.live.state.status == "serving", what="serving")
         run = first.live.run
         await pilot.press("q")
-    assert run.id in str(first.quit_message) and f"atomdeck down {run.id}" in str(first.quit_message)
+    assert run.id in str(first.runs.quit_message) and f"atomdeck down {run.id}" in str(first.runs.quit_message)
     assert sorted(alive(run)) == ["decode-0", "prefill-0", "router"]  # quitting the console is not a teardown
     assert "127.0.0.11:30000 open" in gone(run)  # and the router still answers on its port
 
@@ -213,7 +213,7 @@ async def test_tui_run_opens_on_that_run_and_readonly_cannot_tear_it_down():
         assert "READ-ONLY" in text_of(app.screen.query_one("#context"))
         await pilot.press("D", "ctrl+d")
         assert isinstance(app.screen, RunScreen)  # no confirmation opened: the binding is disabled
-        app.request_teardown()  # even called directly
+        app.runs.request_teardown()  # even called directly
         await pilot.pause(0.2)
         assert isinstance(app.screen, RunScreen) and not app.live.teardown_running
         titles = [c.title for c in app.get_system_commands(app.screen)]
@@ -304,7 +304,7 @@ async def test_teardown_key_follows_the_keymap():
     app = live_app()
     async with app.run_test(size=BIG) as pilot:
         await ready(pilot)
-        app.attach(fake_run("serving"), watch=False)
+        app.runs.attach(fake_run("serving"), watch=False)
         app.switch_mode("run")
         await pilot.pause()
         await pilot.press("D")

@@ -18,7 +18,7 @@ from textual.widgets import Input
 
 from .conftest import make_app
 from .fakerun import fake_run
-from .runhelpers import BIG, text_of
+from .runhelpers import BIG, text_of, until
 
 
 def feed(run, name: str, lines: list[str]) -> None:
@@ -30,10 +30,10 @@ def feed(run, name: str, lines: list[str]) -> None:
 async def open_log(pilot, scenario: str = "hung", name: str = "decode-0"):
     app = pilot.app
     run = fake_run(scenario)
-    app.attach(run, watch=False)
+    app.runs.attach(run, watch=False)
     app.switch_mode("run")
     await pilot.pause()
-    app.open_logs([name])
+    app.runs.open_logs([name])
     await pilot.pause()
     assert isinstance(app.screen, LogScreen)
     return run, app.screen, app.screen.logview
@@ -169,7 +169,7 @@ async def test_a_node_shows_the_logs_of_all_its_processes():
     app = make_app()
     async with app.run_test(size=BIG) as pilot:
         run = fake_run("serving")
-        app.attach(run, watch=False)
+        app.runs.attach(run, watch=False)
         app.switch_mode("run")
         await pilot.pause()
         grid = app.screen.query_one(BarrierGrid)
@@ -225,12 +225,12 @@ async def test_lines_arriving_while_the_log_view_opens_are_not_lost():
     app = make_app()
     async with app.run_test(size=BIG) as pilot:
         run = fake_run("hung")
-        app.attach(run, watch=False)
+        app.runs.attach(run, watch=False)
         app.switch_mode("run")
         await pilot.pause()
-        app.open_logs(["decode-0"])
+        app.runs.open_logs(["decode-0"])
         feed(run, "decode-0", ["racing line"])
-        app._poke()  # a pulse right now, before the screen mounted
+        app.runs.poke()  # a pulse right now, before the screen mounted
         await pilot.pause(0.25)
         assert isinstance(app.screen, LogScreen) and app.screen.logview.lines[-1] == "racing line"
 
@@ -241,9 +241,11 @@ async def test_run_views_are_usable_at_100x30():
     app = make_app()
     async with app.run_test(size=(100, 30)) as pilot:
         run = fake_run("hung")
-        app.attach(run, watch=False)
+        app.runs.attach(run, watch=False)
         app.switch_mode("run")
-        await pilot.pause(0.2)
+        # laid out and drawn from the run (a busy machine lags): wait for it, then measure
+        await until(pilot, lambda: any(t.region.height >= 2 for t in app.screen.query("#proc-table")), timeout=10,
+                    what="the process table drawn")
         screen = app.screen
         for wid in ("#run-head", "#proc-table", "#barrier-grid"):
             region = screen.query_one(wid).region
@@ -268,7 +270,7 @@ async def test_opening_another_run_does_not_show_the_previous_runs_log():
         other = fake_run("serving", run_id="20261129-000000-demo-1p1d-other")
         await pilot.press("5")
         await pilot.pause()
-        app.open_run(other.id)
+        app.runs.open_run(other.id)
         await app.workers.wait_for_complete()
         await pilot.pause()
         assert app.live.id == other.id

@@ -38,7 +38,7 @@ def _show(scenario: str, recipe: str = "demo-1p1d", then=None):
         app = pilot.app
         await app.workers.wait_for_complete()
         run = fake_run(scenario, recipe)
-        app.attach(run, watch=False)
+        app.runs.attach(run, watch=False)
         app.switch_mode("run")
         await pilot.pause()
         if then is not None:

@@ -193,26 +193,26 @@ class RunScreen(Screen):
         if key is None:
             return
         if isinstance(event.data_table, ProcessTable):
-            self.console.open_logs([key])
+            self.console.runs.open_logs([key])
         elif isinstance(event.data_table, BarrierGrid):
             live = self.console.live
             if live is not None:
-                self.console.open_logs([p.name for p in live.state.procs.values() if p.node == key], node=key)
+                self.console.runs.open_logs([p.name for p in live.state.procs.values() if p.node == key], node=key)
 
     def action_open_log(self) -> None:
         focused = self.focused
         if isinstance(focused, BarrierGrid) and focused.current:
             live = self.console.live
             if live is not None:
-                self.console.open_logs([p.name for p in live.state.procs.values() if p.node == focused.current],
+                self.console.runs.open_logs([p.name for p in live.state.procs.values() if p.node == focused.current],
                                        node=focused.current)
             return
         name = self.query_one(ProcessTable).current
         if name:
-            self.console.open_logs([name])
+            self.console.runs.open_logs([name])
 
     def action_teardown(self) -> None:
-        self.console.request_teardown()
+        self.console.runs.request_teardown()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "teardown":

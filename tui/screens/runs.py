@@ -146,7 +146,7 @@ class RunsScreen(Screen):
     def action_open_run(self) -> None:
         run_id = self.current
         if run_id:
-            self.console.open_run(run_id)
+            self.console.runs.open_run(run_id)
 
     def action_reload(self) -> None:
         self.reload()
@@ -154,7 +154,7 @@ class RunsScreen(Screen):
     def action_teardown(self) -> None:
         run_id = self.current
         if run_id:
-            self.console.request_teardown(run_id)
+            self.console.runs.request_teardown(run_id)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "teardown":
