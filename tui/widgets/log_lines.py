@@ -24,15 +24,18 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from ..logtext import HIGHLIGHT, clean
-from ..palette import var_color
 
 
 class LogLines(ScrollView, can_focus=True):
+    COMPONENT_CLASSES = {"log-lines--error", "log-lines--match", "log-lines--current"}
     DEFAULT_CSS = """
     LogLines {
         background: $surface;
         overflow: auto auto;
     }
+    LogLines > .log-lines--error { color: $text-error; }
+    LogLines > .log-lines--match { color: $text-warning; text-style: reverse; }
+    LogLines > .log-lines--current { background: $primary-muted; }
     """
 
     @dataclass
@@ -278,16 +281,16 @@ class LogLines(ScrollView, can_focus=True):
         text = Text(line, no_wrap=True, end="")
         text.stylize(style)
         if m:
-            text.stylize(Style.parse(var_color(self.app, "text-error", "red")))
+            text.stylize(self.get_component_rich_style("log-lines--error", partial=True))
         if self.search:
             needle, low = self.search.lower(), line.lower()
             start = low.find(needle)
-            mark = Style.parse(f"reverse {var_color(self.app, 'text-warning', 'yellow')}")
+            mark = self.get_component_rich_style("log-lines--match", partial=True)
             while start >= 0:
                 text.stylize(mark, start, start + len(needle))
                 start = low.find(needle, start + max(1, len(needle)))
         if absolute == self.current:
-            text.stylize(Style.parse(f"on {var_color(self.app, 'primary-muted', '#0c304c')}"))
+            text.stylize(self.get_component_rich_style("log-lines--current", partial=True))
         strip = Strip(text.render(self.app.console), cell_len(line))
         self._cache[key] = strip
         return strip
