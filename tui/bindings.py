@@ -14,8 +14,14 @@ from ..core.config.paths import config_dir
 
 
 def _b(key: str, action: str, description: str, id: str, show: bool = True, priority: bool = False,
-       key_display: str | None = None) -> Binding:
-    return Binding(key, action, description, show=show, id=id, priority=priority, key_display=key_display)
+       key_display: str | None = None, tooltip: str = "", group: Binding.Group | None = None) -> Binding:
+    return Binding(key, action, description, show=show, id=id, priority=priority, key_display=key_display,
+                   tooltip=tooltip, group=group)
+
+
+# Footer groups: related keys share one title (Textual draws a group compactly).
+FIND = Binding.Group("Find", compact=True)
+ASSIGN = Binding.Group("Assign", compact=True)
 
 
 # Everywhere (the App). Views are reached like k9s: number keys, or the command palette.
@@ -25,37 +31,42 @@ APP = [
     _b("3", "view('preview')", "Preview", "view.preview", show=False),
     _b("4", "view('run')", "Run", "view.run", show=False),
     _b("5", "view('runs')", "Runs", "view.runs", show=False),
-    _b("L,ctrl+l", "launch", "Launch", "launch", key_display="L"),
+    _b("L,ctrl+l", "launch", "Launch", "launch", key_display="L",
+       tooltip="Show every command in the preview; L there launches"),
     _b("ctrl+o", "open", "Open", "open", show=False),
     _b("ctrl+r", "refresh_inventory", "Refresh nodes", "refresh", show=False),
     _b("ctrl+s", "save_recipe", "Save recipe", "save", show=False),
     _b("ctrl+t", "change_theme", "Theme", "theme", show=False),
-    _b("question_mark", "help", "Help", "help", key_display="?"),
-    _b("q", "quit", "Quit", "quit"),
+    _b("question_mark", "help", "Help", "help", key_display="?",
+       tooltip="Every key, by view, with its id for keymap.yaml"),
+    _b("q", "quit", "Quit", "quit", tooltip="Quit the console; a running deployment keeps running"),
 ]
 
 NODES = [
-    _b("slash", "filter", "Filter", "nodes.filter", key_display="/"),
-    _b("space", "toggle", "Pick", "nodes.toggle"),
-    _b("a", "auto", "Auto-pick", "nodes.auto"),
-    _b("o", "override", "Override", "nodes.override"),
+    _b("slash", "filter", "Filter", "nodes.filter", key_display="/", tooltip="Filter nodes by name, state or reason"),
+    _b("space", "toggle", "Pick", "nodes.toggle", tooltip="Pick or unpick the node under the cursor"),
+    _b("a", "auto", "Auto-pick", "nodes.auto", tooltip="Pick the healthy nodes the layout needs"),
+    _b("o", "override", "Override", "nodes.override",
+       tooltip="Use an excluded or unhealthy node anyway (a warning stays)"),
     _b("n", "add_names", "Add by name", "nodes.add"),
     _b("escape", "clear_filter", "Clear filter", "nodes.clear-filter", show=False),
 ]
 
 LAYOUT = [
-    _b("p", "assign('prefill')", "→ prefill", "layout.prefill"),
-    _b("d", "assign('decode')", "→ decode", "layout.decode"),
-    _b("r", "router_here", "Router here", "layout.router"),
+    _b("p", "assign('prefill')", "→ prefill", "layout.prefill", group=ASSIGN,
+       tooltip="Make the selected node a prefill node"),
+    _b("d", "assign('decode')", "→ decode", "layout.decode", group=ASSIGN,
+       tooltip="Make the selected node a decode node"),
+    _b("r", "router_here", "Router here", "layout.router", tooltip="Run the router on the selected node"),
     _b("a", "auto", "Auto-pick", "layout.auto"),
-    _b("f", "form", "Fields", "layout.form"),
+    _b("f", "form", "Fields", "layout.form", tooltip="Edit counts, TP, ports and policy"),
     _b("escape", "leave_form", "Leave field", "layout.leave-form", show=False),
 ]
 
 PREVIEW = [
-    _b("c", "copy", "Copy command", "preview.copy"),
-    _b("e", "app.export", "Export script", "export"),
-    _b("w", "app.save_recipe", "Save recipe", "preview.save"),
+    _b("c", "copy", "Copy command", "preview.copy", tooltip="Copy the selected process's command"),
+    _b("e", "app.export", "Export script", "export", tooltip="Write every command as one shell script"),
+    _b("w", "app.save_recipe", "Save recipe", "preview.save", tooltip="Save the edited design as a recipe file"),
 ]
 
 START = [
@@ -70,24 +81,27 @@ DIALOG = [
 
 # The run view: enter on a process (or a node of the barrier grid) opens its log.
 RUN = [
-    _b("l", "open_log", "Logs", "run.logs"),
-    _b("D,ctrl+d", "teardown", "Tear down", "teardown", key_display="D"),
+    _b("l", "open_log", "Logs", "run.logs", tooltip="Open the selected process's (or node's) log"),
+    _b("D,ctrl+d", "teardown", "Tear down", "teardown", key_display="D",
+       tooltip="Stop every process of the run and verify (asks first)"),
 ]
 
 LOGS = [
-    _b("slash", "search", "Search", "log.search", key_display="/"),
-    _b("n", "find(False)", "Next", "log.next"),
-    _b("N", "find(True)", "Previous", "log.previous"),
-    _b("end,f,F", "follow", "Follow", "log.follow", key_display="End/F"),
-    _b("w", "wrap", "Wrap", "log.wrap"),
-    _b("s", "save", "Save", "log.save"),
+    _b("slash", "search", "Search", "log.search", key_display="/", group=FIND, tooltip="Search this log"),
+    _b("n", "find(False)", "Next", "log.next", group=FIND, tooltip="Next match"),
+    _b("N", "find(True)", "Previous", "log.previous", group=FIND, tooltip="Previous match"),
+    _b("end,f,F", "follow", "Follow", "log.follow", key_display="End/F",
+       tooltip="Follow new lines (scrolling up pauses)"),
+    _b("w", "wrap", "Wrap", "log.wrap", tooltip="Wrap long lines"),
+    _b("s", "save", "Save", "log.save", tooltip="Save this log to a file"),
     _b("escape", "close", "Back", "log.close", key_display="esc"),
 ]
 
 RUNS = [
-    _b("o", "open_run", "Open", "runs.open"),
-    _b("r", "reload", "Reload", "runs.reload"),
-    _b("D,ctrl+d", "teardown", "Tear down", "teardown", key_display="D"),
+    _b("o", "open_run", "Open", "runs.open", tooltip="Watch this run again"),
+    _b("r", "reload", "Reload", "runs.reload", tooltip="Read the run directories again"),
+    _b("D,ctrl+d", "teardown", "Tear down", "teardown", key_display="D",
+       tooltip="Stop every process of the run and verify (asks first)"),
 ]
 
 TEARDOWN = [
