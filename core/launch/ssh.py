@@ -16,10 +16,14 @@ from pathlib import Path
 from ..config.cluster import Cluster
 from ..config.errors import AtomdeckError
 from ..design.commands import ProcessSpec
+from ..remote.backoff import Backoff
 from ..remote.node_shell import RemoteShell
 from ..remote.shell import LocalRunner, Runner
 from .base import SUPERVISOR, Launcher, ProcHandle, ProcStatus, StopReport, marker
 from .local import describe_exit
+
+# a node's wait channel that broke is reopened after 0.25 s, ×2, at most 5 s apart; reset once it works
+NODE_WAIT_RETRY = Backoff(first_s=0.25, factor=2.0, max_s=5.0, give_up_s=None)
 
 # $1: the logs directory; then PID:NAME for each process. Every 0.2 s, for each process that has ended
 # (zombies count as ended) print "ended PID CODE" once (CODE from $1/NAME.exit, empty if unknown);
@@ -210,7 +214,7 @@ class SshLauncher(Launcher):
                 waiting.pop(handle.pid, None)
 
     async def _watch_node(self, node: str) -> None:
-        delay = 0.25
+        delays = NODE_WAIT_RETRY.delays()
         while self._waiting.get(node):
             pending = {pid: item for pid, item in self._waiting[node].items() if not item[1].done()}
             if not pending:
@@ -225,10 +229,9 @@ class SshLauncher(Launcher):
                     t.cancel()
             await asyncio.gather(job, stop, return_exceptions=True)
             if job in done and job.exception() is not None:
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 5.0)
+                await asyncio.sleep(next(delays))
             else:
-                delay = 0.25
+                delays = NODE_WAIT_RETRY.delays()
 
     async def _stream_node(self, node: str, args: list[str], pending: dict) -> None:
         async for line in self.runner(node).stream(["sh", "-c", WAIT_SCRIPT, "wait", *args]):

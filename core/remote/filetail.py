@@ -5,8 +5,13 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import AsyncIterator
+from dataclasses import replace
+
+from .backoff import Backoff
 
 MAX_LINE = 64 * 1024  # a longer "line" is split into pieces, never dropped
+# a file with nothing new is polled after `interval`, ×1.5, at most 0.25 s apart; reset by new data
+IDLE_POLL = Backoff(first_s=0.05, factor=1.5, max_s=0.25, give_up_s=None)
 
 
 def split_lines(buf: bytes, final: bool = False) -> tuple[list[tuple[bytes, int]], bytes]:
@@ -48,7 +53,8 @@ async def follow(path: str, offset: int = 0, interval: float = 0.05,
     The file may not exist yet; if it shrinks (truncated or replaced), reading restarts at 0."""
     pending = b""
     pos = offset  # bytes read so far
-    idle = interval
+    idle = replace(IDLE_POLL, first_s=interval)
+    waits = idle.delays()
     while stop is None or not stop.is_set():
         try:
             size = os.path.getsize(path)
@@ -71,11 +77,10 @@ async def follow(path: str, offset: int = 0, interval: float = 0.05,
                     # let the loop run (probes, other tails) every few hundred, or a 1 s probe
                     # timeout expires in a stalled loop while the port is open
                     await asyncio.sleep(0)
-            idle = interval
+            waits = idle.delays()
             await asyncio.sleep(0)  # a file that never stops growing must not starve the event loop
             continue
-        await asyncio.sleep(idle)
-        idle = min(idle * 1.5, 0.25)
+        await asyncio.sleep(next(waits))
 
 
 def read_last_lines(path: str, n: int = 20, max_bytes: int = 256 * 1024) -> list[str]:

@@ -9,14 +9,16 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
+from ..remote.backoff import Backoff
 from ..remote.probes import tcp_probe
 from ..remote.shell import Runner
 from .events import CellState
 
 FAST = 0.1  # s between probes of a cell expected to open any moment
 SLOW_START, SLOW_MAX = 0.3, 2.0  # back-off while a model loads
+PROBE_BACKOFF = Backoff(first_s=SLOW_START, factor=1.5, max_s=SLOW_MAX, give_up_s=None)  # per cell, forever
 OPEN_RECHECK = 1.0  # an open cell is re-checked this often, to see it close if its process dies
 MAX_RATE = 20.0  # connects per second per node
 
@@ -65,7 +67,7 @@ class BarrierProber:
         self.started = time.monotonic()
         self._wake: dict[str, asyncio.Event] = {n: asyncio.Event() for n in self.by_node}
         self._due: dict[str, float] = {}
-        self._backoff: dict[str, float] = {}
+        self._backoff: dict[str, Iterator[float]] = {}
 
     def wake(self, node: str | None = None) -> None:
         """Re-plan now (a log line said a port is about to open, or a process died)."""
@@ -86,9 +88,7 @@ class BarrierProber:
             return OPEN_RECHECK
         if self.expected_soon(c):
             return FAST
-        b = self._backoff.get(c.key, SLOW_START)
-        self._backoff[c.key] = min(SLOW_MAX, b * 1.5)
-        return b
+        return next(self._backoff.setdefault(c.key, PROBE_BACKOFF.delays()))
 
     async def run_node(self, node: str) -> None:
         cells = self.by_node[node]

@@ -7,9 +7,11 @@ import asyncio
 import re
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 
 from ..config.secrets import redact_line
 from ..launch.base import ProcHandle
+from ..remote.backoff import Backoff
 from ..remote.probes import http_get, http_post, tcp_probe
 from .barrier import BarrierProber, checkpoint
 from .classify import classify
@@ -17,6 +19,8 @@ from .diagnose import diagnose
 from .events import TERMINAL, WORKER_STAGES, Event, RunState
 
 _TARGET = re.compile(r"\bto (?:tcp://)?(\[[0-9a-fA-F:]+\]|[\w.-]+):(\d+)")
+# a watcher that failed runs again after 1 s (first_delay), ×2, at most 15 s apart, forever
+WATCHER_RETRY = Backoff(first_s=1.0, factor=2.0, max_s=15.0, give_up_s=None)
 _CONSUMER = re.compile(r"\b(?:consumer=|Consumer )(\[[0-9a-fA-F:]+\]|[\w.-]+?)(?::\d+)?[\s,)]")
 
 
@@ -77,7 +81,7 @@ class RunWatching:
         """Run a watcher; if it fails (an SSH connection to the login host dropped under a `cat` or a
         `squeue`), say so and run it again with back-off, instead of watching nothing from then on
         while the run still looks watched. Logs resume from the saved offsets: no line twice."""
-        delay = first_delay
+        delays = replace(WATCHER_RETRY, first_s=first_delay).delays()
         while True:
             try:
                 await factory()
@@ -85,9 +89,9 @@ class RunWatching:
             except asyncio.CancelledError:
                 raise
             except Exception as e:
+                delay = next(delays)
                 self.emit(Event("note", what, detail=f"{what} failed ({e}); trying again in {delay:g}s"))
                 await asyncio.sleep(delay)
-                delay = min(delay * 2, 15.0)
 
     async def _watch_proc(self, name: str) -> None:
         h = self.handles[name]

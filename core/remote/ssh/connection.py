@@ -133,7 +133,7 @@ class SshConnection:
         first = self.connects == 0  # the first connect fails fast: the operator wants to know now
         loop = asyncio.get_running_loop()
         start = loop.time()
-        delay = bo.first_s
+        delays = bo.delays()
         reason = self.state.reason if self.state.state == "lost" else ""
         attempt = 0
         while True:
@@ -144,11 +144,12 @@ class SshConnection:
                 conn = await self._connect_once()
             except SshError as exc:
                 reason = str(exc)
-                if exc.permanent or first or loop.time() - start + delay > bo.give_up_s:
+                delay = next(delays, None)
+                if exc.permanent or first or delay is None or (
+                        bo.give_up_s is not None and loop.time() - start + delay > bo.give_up_s):
                     self._emit("failed", reason, attempt)
                     raise
                 await asyncio.sleep(delay)
-                delay = min(delay * bo.factor, bo.max_s)
                 continue
             self._conn = conn
             self.connects += 1

@@ -13,6 +13,7 @@ import signal
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
+from ..backoff import Backoff
 from ..shell import CommandError, Result, Runner
 from .connection import ConnState, SshConnection, _pool
 from .target import SshConfigError, SshConnectionLost, SshTarget, remote_command
@@ -21,6 +22,9 @@ if TYPE_CHECKING:  # pragma: no cover
     import asyncssh
 
     from ...config.cluster import Cluster
+
+# a refused session open is retried 4 times: 0.01 s, then ×3 up to 0.27 s
+SESSION_OPEN_RETRY = Backoff(first_s=0.01, factor=3.0, max_s=0.3, give_up_s=None, tries=4)
 
 
 class SshRunner(Runner):
@@ -209,7 +213,7 @@ async def _open_process(conn: asyncssh.SSHClientConnection, cmd: str, **kw: Any)
     briefly before calling it an error."""
     import asyncssh
 
-    for delay in (0.01, 0.03, 0.1, 0.3, None):
+    for delay in (*SESSION_OPEN_RETRY.delays(), None):
         try:
             return await conn.create_process(cmd, **kw)
         except asyncssh.ChannelOpenError:

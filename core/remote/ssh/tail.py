@@ -16,13 +16,16 @@ import os
 import signal
 from collections.abc import AsyncIterator, Callable
 
+from ..backoff import Backoff
 from ..shell import CommandError, LocalRunner, Result, Runner
 from .connection import ConnState
-from .target import Backoff, SshError
+from .target import SshError
 
 __all__ = ["DEFAULT_MAX_LINE", "ConnState", "LineSplitter", "tail", "tail_argv"]
 
 DEFAULT_MAX_LINE = 64 * 1024
+# a dropped `tail -F` restarts after 0.25 s, ×2, at most 5 s apart (give up: the caller's give_up_s)
+TAIL_RETRY = Backoff(first_s=0.25, factor=2.0, max_s=5.0, give_up_s=None)
 
 
 class LineSplitter:
@@ -103,12 +106,12 @@ async def tail(runner: Runner, path: str, offset: int = 0, *, follow: bool = Tru
     to the current end of the file and then hands out the partial last line too.
     `on_state` receives the SSH connection's state changes (connecting/up/lost/reconnecting/...).
     """
-    bo = backoff or Backoff()
+    bo = backoff or TAIL_RETRY
     lines = LineSplitter(offset, max_line)
     watch = getattr(runner, "watch", None)
     unwatch = watch(on_state) if on_state is not None and watch is not None else None
     loop = asyncio.get_running_loop()
-    delay = bo.first_s
+    delays = bo.delays()
     failing_since: float | None = None
     try:
         while True:
@@ -117,7 +120,7 @@ async def tail(runner: Runner, path: str, offset: int = 0, *, follow: bool = Tru
                 stream = _byte_stream(runner, tail_argv(path, lines.offset, follow))
                 async with contextlib.aclosing(stream):
                     async for data in stream:
-                        failing_since, delay = None, bo.first_s
+                        failing_since, delays = None, bo.delays()
                         for item in lines.feed(data):
                             yield item
                 if not follow:
@@ -140,8 +143,7 @@ async def tail(runner: Runner, path: str, offset: int = 0, *, follow: bool = Tru
                 if error is not None:
                     raise error
                 raise CommandError(Result(tail_argv(path, lines.offset, follow), 1, "", "tail kept stopping"))
-            await asyncio.sleep(delay)
-            delay = min(delay * bo.factor, bo.max_s)
+            await asyncio.sleep(next(delays, bo.max_s))
     finally:
         if unwatch is not None:
             unwatch()

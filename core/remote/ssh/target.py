@@ -10,17 +10,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...config.errors import AtomdeckError
+from ..backoff import Backoff
 
-
-@dataclass(frozen=True)
-class Backoff:
-    """Reconnect pacing: first_s, then ×factor up to max_s; give up after give_up_s."""
-
-    first_s: float = 0.25
-    factor: float = 2.0
-    max_s: float = 5.0
-    give_up_s: float = 60.0
-
+# SSH (re)connects: 0.25 s, ×2, at most 5 s apart; give up after 60 s (Backoff's defaults).
+SSH_RECONNECT = Backoff()
 
 # ---------------------------------------------------------------------------------------- errors
 
@@ -86,7 +79,7 @@ class SshTarget:
     keepalive_s: float = 15.0
     keepalive_count_max: int = 3
     label: str | None = field(default=None, compare=False)  # name for messages (node name)
-    backoff: Backoff = field(default_factory=Backoff, compare=False)
+    backoff: Backoff = field(default=SSH_RECONNECT, compare=False)
 
     @property
     def name(self) -> str:
