@@ -1,7 +1,7 @@
 """TCP and HTTP probes, made through a Runner so they work from here or through a login host.
 
-A tiny HTTP/1.1 client on asyncio streams: the same code runs over a local socket and over an SSH
-direct-tcpip channel.
+One small HTTP/1.1 client: h11 parses, asyncio streams carry the bytes, so the same code runs over a
+local socket and over an SSH direct-tcpip channel through a login host.
 """
 
 from __future__ import annotations
@@ -12,9 +12,13 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+import h11
+
 from .shell import LocalRunner, Runner
 
 _LOCAL = LocalRunner()
+MAX_HEAD = 64 * 1024  # a status line and headers longer than this are not an answer we can use
+READ_SIZE = 64 * 1024
 
 
 async def tcp_probe(host: str, port: int, timeout: float = 1.0, runner: Runner | None = None) -> str:
@@ -79,47 +83,39 @@ async def http_request(host: str, port: int, method: str, path: str, body: Any =
         return await asyncio.wait_for(_request(runner, host, port, method, path, body), timeout)
     except TimeoutError:
         return HttpResult(0, error=f"no answer within {timeout:g}s")
-    except (OSError, asyncio.IncompleteReadError, ValueError) as e:
+    except (OSError, h11.ProtocolError, ValueError) as e:
         return HttpResult(0, error=str(e) or type(e).__name__)
     except Exception as e:  # SSH channel errors
         return HttpResult(0, error=str(e) or type(e).__name__)
 
 
 async def _request(runner: Runner, host: str, port: int, method: str, path: str, body: Any) -> HttpResult:
+    """The exchange itself, parsed by h11 (sans-IO): we only move bytes between it and the stream."""
     reader, writer = await runner.open_connection(host, port)
+    conn = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEAD)
     try:
         payload = b"" if body is None else json.dumps(body).encode()
-        head = [f"{method} {path} HTTP/1.1", f"Host: {host}:{port}", "Connection: close", "Accept: */*",
-                "User-Agent: atomdeck"]
+        authority = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        headers = [("Host", authority), ("Connection", "close"), ("Accept", "*/*"), ("User-Agent", "atomdeck")]
         if body is not None:
-            head += ["Content-Type: application/json", f"Content-Length: {len(payload)}"]
-        writer.write(("\r\n".join(head) + "\r\n\r\n").encode() + payload)
+            headers += [("Content-Type", "application/json"), ("Content-Length", str(len(payload)))]
+        out = conn.send(h11.Request(method=method, target=path, headers=headers)) or b""
+        if payload:
+            out += conn.send(h11.Data(data=payload)) or b""
+        out += conn.send(h11.EndOfMessage()) or b""
+        writer.write(out)
         await writer.drain()
-        status_line = await reader.readline()
-        parts = status_line.decode("latin-1").split(" ", 2)
-        if len(parts) < 2 or not parts[0].startswith("HTTP/"):
-            raise ValueError(f"not an HTTP answer: {status_line[:60]!r}")
-        status = int(parts[1])
-        headers: dict[str, str] = {}
+        status, data = 0, bytearray()
         while True:
-            line = await reader.readline()
-            if line in (b"\r\n", b"\n", b""):
-                break
-            k, _, v = line.decode("latin-1").partition(":")
-            headers[k.strip().lower()] = v.strip()
-        if headers.get("transfer-encoding", "").lower() == "chunked":
-            data = b""
-            while True:
-                size = int((await reader.readline()).strip().split(b";")[0] or b"0", 16)
-                if size == 0:
-                    break
-                data += await reader.readexactly(size)
-                await reader.readline()
-        elif "content-length" in headers:
-            data = await reader.readexactly(int(headers["content-length"]))
-        else:
-            data = await reader.read()
-        return HttpResult(status, data)
+            event = conn.next_event()
+            if event is h11.NEED_DATA:
+                conn.receive_data(await reader.read(READ_SIZE))  # b"" tells h11 the peer closed
+            elif isinstance(event, h11.Response):  # 1xx (InformationalResponse) are passed over
+                status = event.status_code
+            elif isinstance(event, h11.Data):
+                data += event.data
+            elif isinstance(event, h11.EndOfMessage | h11.ConnectionClosed):
+                return HttpResult(status, bytes(data), "" if status else "closed without an answer")
     finally:
         writer.close()
 

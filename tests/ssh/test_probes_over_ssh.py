@@ -1,0 +1,38 @@
+"""The probes' HTTP client over SSH direct-tcpip channels through a login host (real sshd daemons):
+the same h11 client as on a local socket, with GET, POST and the port probe."""
+
+from __future__ import annotations
+
+import pytest
+from atomdeck.core.remote.probes import http_get, http_post, tcp_probe
+from atomdeck.core.remote.ssh import SshRunner
+from atomdeck.sim.httpd import HttpServer, Request, Response, json_response
+
+pytestmark = pytest.mark.timeout(30)
+
+
+async def test_probes_through_the_login_host(sshd, login_sshd, target):
+    async def health(req: Request) -> Response:
+        return json_response({"status": "ok", "host": req.headers["host"]})
+
+    async def generate(req: Request) -> Response:
+        return json_response({"text": req.json()["prompt"][::-1]})
+
+    srv = HttpServer({("GET", "/health"): health, ("POST", "/generate"): generate})
+    await srv.start("127.0.0.1", 0)
+    assert srv.server is not None
+    port = srv.server.sockets[0].getsockname()[1]
+    try:
+        login = SshRunner(target(login_sshd))
+        node = SshRunner(target(sshd, jump=login.target))
+        for vantage in (login, node):
+            r = await http_get("127.0.0.1", port, "/health", timeout=10, runner=vantage)
+            assert (r.status, r.json()) == (200, {"status": "ok", "host": f"127.0.0.1:{port}"}), r.error
+            r = await http_post("127.0.0.1", port, "/generate", {"prompt": "abc"}, timeout=10, runner=vantage)
+            assert (r.status, r.json()) == (200, {"text": "cba"}), r.error
+            assert await tcp_probe("127.0.0.1", port, timeout=5, runner=vantage) == "open"
+    finally:
+        await srv.close()
+    assert await tcp_probe("127.0.0.1", port, timeout=5, runner=login) == "refused"
+    r = await http_get("127.0.0.1", port, "/health", timeout=10, runner=node)
+    assert r.status == 0 and r.error
