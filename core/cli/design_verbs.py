@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import json
 import sys
+from typing import Any
 
 from ..design.commands import ProcessSpec, shell_line
 from ..design.export import plan_json
@@ -124,7 +125,7 @@ def cmd_nodes(args: argparse.Namespace) -> int:
 
     cluster = load_cluster(find_cluster(args.cluster or "local"))
     nodes, note = asyncio.run(fetch_inventory(cluster, args.offline))
-    rows = []
+    rows: list[dict[str, Any]] = []
     for n in nodes:
         verdict = node_verdict(n, cluster)
         rows.append({"name": n.name, "addr": n.addr, "state": n.state, "gpus": n.gpus,

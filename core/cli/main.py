@@ -110,9 +110,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def _tui(args: argparse.Namespace) -> int:
     # The one place core loads the console. A broken console import must fail loudly, not fall back.
-    from ...tui.app import run_console
+    from ...tui.app import run_console  # type: ignore[import-not-found]  # atomdeck.tui: mypy checks core/ alone
 
-    kw = {}
+    kw: dict[str, Any] = {}
     nodes = [n.strip() for n in (getattr(args, "nodes", None) or "").split(",") if n.strip()]
     if nodes:
         kw["nodes"] = kw["named_nodes"] = nodes

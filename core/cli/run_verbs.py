@@ -99,8 +99,9 @@ def status_text(run: Run, state: RunState) -> str:
             lines.append(f"  {pr.key:24} {pr.stage}" + (f": {pr.failed}" if pr.failed else ""))
     if state.checks:
         lines.append("router checks:")
-        for c in state.checks.values():
-            lines.append(f"  {c.name:18} {'ok' if c.ok else 'FAIL' if c.ok is False else '..'}  {c.detail[:100]}")
+        for check in state.checks.values():
+            ok = "ok" if check.ok else "FAIL" if check.ok is False else ".."
+            lines.append(f"  {check.name:18} {ok}  {check.detail[:100]}")
     return "\n".join(lines)
 
 

@@ -15,6 +15,7 @@ from .errors import ConfigError, ConfigIssue
 from .yamlio import YamlDoc, parse_yaml, read_yaml, validate
 
 ArgScalar = str | int | float | bool
+WorkerRole = Literal["prefill", "decode", "worker"]
 ArgValue = ArgScalar | list[str | int | float]
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -200,7 +201,7 @@ class Recipe(_Strict):
     def _env(cls, v: dict) -> dict:
         return _env_check(v)
 
-    def roles(self) -> list[tuple[str, RoleSpec]]:
+    def roles(self) -> list[tuple[WorkerRole, RoleSpec]]:
         """The worker roles in rank order (InferenceX: prefill first, then decode)."""
         if self.mode == "aggregate":
             return [("worker", self.aggregate)]

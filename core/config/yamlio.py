@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -108,7 +108,7 @@ def _short(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _explain(err: dict, model: type[BaseModel]) -> str:
+def _explain(err: Mapping[str, Any], model: type[BaseModel]) -> str:
     """Turn one pydantic error into a sentence that says what to change."""
     kind = err["type"]
     ctx = err.get("ctx") or {}

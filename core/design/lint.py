@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from ..config.catalog import Catalog
 from ..config.cluster import Cluster
-from ..config.recipe import Recipe
+from ..config.recipe import Recipe, RoleSpec
 from ..engines import ENGINES, FRONTENDS, known
 from ..engines.args import canonical
 from .commands import LaunchContext, ProcessSpec, render
@@ -117,8 +117,8 @@ def recipe_findings(recipe: Recipe, cluster: Cluster, catalog: Catalog | None) -
                                f"{gpn - spec.tp * spec.per_node} stay idle", f"{key}.tp",
                                f"set {key}.tp to {gpn // spec.per_node}, or co-locate with {key}.per_node"))
     if catalog is not None and not recipe.model.catalog:
-        key, _ = catalog.lookup(recipe)
-        if key is None:
+        entry_key, _ = catalog.lookup(recipe)
+        if entry_key is None:
             out.append(Finding("model-catalog", "warning",
                                f"no catalog entry matches model {recipe.model.path}; ATOM defaults are used "
                                "(no kv-cache dtype, DP-attention or MTP flags)", "model.catalog",
@@ -243,7 +243,7 @@ def _parallel_flags(plan: Plan, procs: list[ProcessSpec], catalog: Catalog | Non
     recipe = plan.recipe
     entry = catalog.lookup(recipe)[0] if catalog is not None else None
     where = f"the model catalog entry '{entry}'" if entry else f"no model catalog entry (model {recipe.model.path})"
-    specs = dict(recipe.roles())
+    specs: dict[str, RoleSpec] = dict(recipe.roles())
     out, seen = [], set()
     for p in procs:
         spec = specs.get(p.role)

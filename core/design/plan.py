@@ -11,7 +11,7 @@ from typing import Literal
 from ..config.cluster import Cluster
 from ..config.errors import PlanError
 from ..config.recipe import Recipe
-from .findings import Finding
+from .findings import Finding, Severity
 from .inventory import Node
 
 Role = Literal["prefill", "decode", "worker", "router"]
@@ -85,10 +85,13 @@ class Selection:
     def all(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(self.prefill + self.decode + self.workers))
 
-    def role_of(self, node: str) -> str:
-        for role in ("prefill", "decode", "workers"):
-            if node in getattr(self, role):
-                return "worker" if role == "workers" else role
+    def role_of(self, node: str) -> Role | Literal[""]:
+        if node in self.prefill:
+            return "prefill"
+        if node in self.decode:
+            return "decode"
+        if node in self.workers:
+            return "worker"
         return "router" if node == self.router else ""
 
 
@@ -176,7 +179,7 @@ def choose_nodes(recipe: Recipe, cluster: Cluster, inventory: list[Node], reques
                                     "--nodes", f"pick from: {', '.join(sorted(by_name)) or '(no nodes known)'}", n))
         for n in names:
             if n in by_name and node_verdict(by_name[n], cluster):
-                sev = "warning" if n in overrides else "error"
+                sev: Severity = "warning" if n in overrides else "error"
                 rule = "node-excluded" if cluster.exclusion(n) else "node-unhealthy"
                 why = node_verdict(by_name[n], cluster)
                 fix = "the override is on; watch this node closely" if sev == "warning" else \
@@ -266,6 +269,7 @@ def barrier_for(recipe: Recipe, endpoints: tuple[Endpoint, ...], router: RouterP
         cells.extend(BarrierCell(e.node, e.host, p, e.role, "handshake", e.name) for p in e.handshake_ports)
     cells.append(BarrierCell(router.node, router.host, router.port, "router", "router", "router"))
     for extra in recipe.health.extra_ports:
+        targets: list[tuple[str, Role]]
         if extra.role == "router":
             targets = [(router.node, "router")]
         else:

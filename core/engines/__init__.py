@@ -6,7 +6,7 @@ Adding an engine or a router is a new module that registers a class; nothing els
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 if TYPE_CHECKING:
     from ..config.catalog import ModelEntry
@@ -14,8 +14,33 @@ if TYPE_CHECKING:
     from .args import Options
 
 
-class Engine:
-    """A worker program. Subclasses build the exact argv and env of one endpoint."""
+class Engine(Protocol):
+    """A worker program, as commands (argv) and lint see it: the exact argv and env of one endpoint."""
+
+    name: ClassVar[str]
+    command: ClassVar[tuple[str, ...]]
+    owned_flags: ClassVar[frozenset[str]]
+
+    def options(self, plan: Plan, ep: Endpoint, model: ModelEntry) -> Options: ...
+    def argv(self, plan: Plan, ep: Endpoint, model: ModelEntry) -> list[str]: ...
+    def env(self, plan: Plan, ep: Endpoint, model: ModelEntry) -> dict[str, str]: ...
+
+
+class Frontend(Protocol):
+    """A router program in front of the workers, as commands and lint see it."""
+
+    name: ClassVar[str]
+    command: ClassVar[tuple[str, ...]]
+    backend: ClassVar[str]
+    owned_flags: ClassVar[frozenset[str]]
+
+    def options(self, plan: Plan) -> Options: ...
+    def argv(self, plan: Plan) -> list[str]: ...
+    def env(self, plan: Plan) -> dict[str, str]: ...
+
+
+class EngineBase:
+    """Shared code of the engines (argv from options); a subclass registers with @register_engine."""
 
     name: ClassVar[str]
     command: ClassVar[tuple[str, ...]]  # the program, e.g. ("python3", "-m", "atom.entrypoints.openai_server")
@@ -31,8 +56,8 @@ class Engine:
         raise NotImplementedError
 
 
-class Frontend:
-    """A router program in front of the workers."""
+class FrontendBase:
+    """Shared code of the routers; a subclass registers with @register_frontend."""
 
     name: ClassVar[str]
     command: ClassVar[tuple[str, ...]]
@@ -49,20 +74,20 @@ class Frontend:
         return {}
 
 
-ENGINES: dict[str, type[Engine]] = {}
-FRONTENDS: dict[str, type[Frontend]] = {}
+ENGINES: dict[str, type[EngineBase]] = {}
+FRONTENDS: dict[str, type[FrontendBase]] = {}
 
 
-def register_engine(name: str) -> Callable[[type[Engine]], type[Engine]]:
-    def deco(cls: type[Engine]) -> type[Engine]:
+def register_engine(name: str) -> Callable[[type[EngineBase]], type[EngineBase]]:
+    def deco(cls: type[EngineBase]) -> type[EngineBase]:
         cls.name = name
         ENGINES[name] = cls
         return cls
     return deco
 
 
-def register_frontend(name: str) -> Callable[[type[Frontend]], type[Frontend]]:
-    def deco(cls: type[Frontend]) -> type[Frontend]:
+def register_frontend(name: str) -> Callable[[type[FrontendBase]], type[FrontendBase]]:
+    def deco(cls: type[FrontendBase]) -> type[FrontendBase]:
         cls.name = name
         FRONTENDS[name] = cls
         return cls

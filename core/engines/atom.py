@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
-from . import Engine, register_engine
+from . import EngineBase, register_engine
 from .args import Options
 
 if TYPE_CHECKING:
@@ -39,7 +39,7 @@ def compact_json(data: dict) -> str:
 
 
 @register_engine("atom")
-class Atom(Engine):
+class Atom(EngineBase):
     command = ("python3", "-m", MODULE)
     owned_flags = frozenset({"model", "host", "server-port", "tensor-parallel-size", "kv-transfer-config"})
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from . import Frontend, register_frontend
+from . import FrontendBase, register_frontend
 from .args import Options
 
 if TYPE_CHECKING:
@@ -13,7 +13,7 @@ if TYPE_CHECKING:
 
 
 @register_frontend("atomesh")
-class Atomesh(Frontend):
+class Atomesh(FrontendBase):
     command = ("atomesh", "launch")
     backend = "atom"
     owned_flags = frozenset({"host", "port", "pd-disaggregation", "prefill", "decode", "worker-urls", "backend",

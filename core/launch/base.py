@@ -10,9 +10,13 @@ from __future__ import annotations
 import abc
 from collections.abc import AsyncIterator, Callable
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from ..design.commands import ProcessSpec
 from ..remote.shell import Result, Runner
+
+if TYPE_CHECKING:
+    from ..design.plan import Plan
 
 # $1 = exit-code file; the rest is the command. The marker in $0 lets teardown check a PID is ours.
 SUPERVISOR = r'''ef=$1; shift
@@ -51,7 +55,7 @@ class ProcHandle:
 
     @staticmethod
     def from_json(d: dict) -> ProcHandle:
-        return ProcHandle(**{k: d.get(k) for k in ProcHandle.__dataclass_fields__ if k in d})
+        return ProcHandle(**{k: d[k] for k in ProcHandle.__dataclass_fields__ if k in d})
 
 
 @dataclass
@@ -69,8 +73,32 @@ class StopReport:
     detail: str  # what was done: "SIGTERM, exited in 0.4s" / "SIGKILL after 10s grace" / "already gone"
 
 
-class Launcher(abc.ABC):
-    """Starts and stops a run's processes. One instance per run; see local.py, ssh.py, slurm.py."""
+@runtime_checkable
+class Launcher(Protocol):
+    """What the run engine needs of a launcher: start a run's processes, know if they live, read their
+    logs, stop them, give back what was taken. One instance per run; LauncherBase holds shared code."""
+
+    kind: str
+    on_facts: Callable[[dict], None] | None
+
+    async def prepare(self, plan: Plan, processes: list[ProcessSpec]) -> dict: ...
+    async def node_health(self, nodes: list[str]) -> dict[str, str]: ...
+    async def start(self, spec: ProcessSpec) -> ProcHandle: ...
+    async def start_many(self, specs: list[ProcessSpec]) -> list[ProcHandle | BaseException]: ...
+    async def poll(self, handle: ProcHandle) -> ProcStatus: ...
+    async def wait(self, handle: ProcHandle) -> ProcStatus: ...
+    def tail(self, handle: ProcHandle, offset: int) -> AsyncIterator[tuple[int, str]]: ...
+    async def stop(self, handles: list[ProcHandle], grace: float) -> list[StopReport]: ...
+    async def release(self, nodes: list[str] | None = None) -> list[str]: ...
+    async def node_run(self, node: str, argv: list[str], timeout: float = 60) -> Result: ...
+    async def remove_containers(self, by_node: dict[str, list[str]]) -> list[tuple[bool, str]]: ...
+    def probe_vantage(self, node: str) -> str: ...
+    def probe_runner(self, node: str | None = None) -> Runner: ...
+    async def close(self) -> None: ...
+
+
+class LauncherBase(abc.ABC):
+    """Shared code of the launchers (local.py, ssh.py, slurm.py); each satisfies `Launcher`."""
 
     kind: str = "?"
 
@@ -86,7 +114,7 @@ class Launcher(abc.ABC):
         if self.on_facts is not None:
             self.on_facts(facts)
 
-    async def prepare(self, plan, processes: list[ProcessSpec]) -> dict:
+    async def prepare(self, plan: Plan, processes: list[ProcessSpec]) -> dict:
         """Get ready to start the plan's processes (an allocation, remote directories, pre-flight checks).
 
         Returns facts for the LaunchContext (e.g. {"job_id": "42", "nic": {...}}) and the run directory.

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ..design.commands import ProcessSpec
 from ..remote.filetail import follow
-from .base import SUPERVISOR, Launcher, ProcHandle, ProcStatus, StopReport, marker
+from .base import SUPERVISOR, LauncherBase, ProcHandle, ProcStatus, StopReport, marker
 
 
 def proc_stat(pid: int) -> tuple[str, int] | None:
@@ -125,7 +125,7 @@ async def wait_exit(pid: int, child: subprocess.Popen | None = None) -> int | No
     if fd is not None:
         loop = asyncio.get_running_loop()
         done = loop.create_future()
-        loop.add_reader(fd, lambda: done.done() or done.set_result(None))
+        loop.add_reader(fd, lambda: None if done.done() else done.set_result(None))
         try:
             if alive(pid):
                 await done
@@ -143,7 +143,7 @@ async def wait_exit(pid: int, child: subprocess.Popen | None = None) -> int | No
     return None
 
 
-class LocalLauncher(Launcher):
+class LocalLauncher(LauncherBase):
     kind = "local"
 
     def __init__(self, run_id: str, run_dir: str):

@@ -15,6 +15,7 @@ import subprocess
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 from ..config.cluster import Cluster
 from ..config.errors import AtomdeckError
@@ -24,7 +25,7 @@ from ..remote.filetail import follow
 from ..remote.preflight import PreflightError, run_checks
 from ..remote.shell import LocalRunner, Runner
 from . import control_runner
-from .base import SUPERVISOR, Launcher, ProcHandle, ProcStatus, StopReport, marker
+from .base import SUPERVISOR, LauncherBase, ProcHandle, ProcStatus, StopReport, marker
 from .local import describe_exit, wait_exit
 
 JOB_START_TIMEOUT = 120.0
@@ -44,7 +45,7 @@ async def query_nodes(cluster: Cluster, names: list[str] | None = None, runner: 
     return parse_scontrol_nodes(res.stdout)
 
 
-class SlurmLauncher(Launcher):
+class SlurmLauncher(LauncherBase):
     kind = "slurm"
 
     def __init__(self, run_id: str, run_dir: str, cluster: Cluster, meta: dict):
@@ -69,7 +70,7 @@ class SlurmLauncher(Launcher):
                 await self._check_given_job(nodes)
             else:
                 await self._submit(nodes)  # interrupted while the job waits to start: released below
-            facts = {"job_id": self.job_id, "job_owned": self.job_owned, "shared_dir": self.shared_dir}
+            facts: dict[str, Any] = {"job_id": self.job_id, "job_owned": self.job_owned, "shared_dir": self.shared_dir}
             await self._mkdir_shared()
             facts["nic"] = await self._preflight(plan, processes)
         except BaseException:
@@ -84,6 +85,7 @@ class SlurmLauncher(Launcher):
             await self.runner.run(["mkdir", "-p", "-m", "700", f"{self.shared_dir}/logs"], check=True)
 
     async def _check_given_job(self, nodes: list[str]) -> None:
+        assert self.job_id is not None  # called only when the cluster or the run names a job
         res = await self.runner.run(["squeue", "-h", "-j", self.job_id, "-o", "%T|%N"], timeout=20)
         line = res.stdout.strip().splitlines()[0] if res.ok and res.stdout.strip() else ""
         if not line:

@@ -17,9 +17,9 @@ from ..config.cluster import Cluster
 from ..config.errors import AtomdeckError
 from ..design.commands import ProcessSpec
 from ..remote.backoff import Backoff
-from ..remote.node_shell import RemoteShell
+from ..remote.node_shell import NodeShell, RemoteShell
 from ..remote.shell import LocalRunner, Runner
-from .base import SUPERVISOR, Launcher, ProcHandle, ProcStatus, StopReport, marker
+from .base import SUPERVISOR, LauncherBase, ProcHandle, ProcStatus, StopReport, marker
 from .local import describe_exit
 
 # a node's wait channel that broke is reopened after 0.25 s, ×2, at most 5 s apart; reset once it works
@@ -87,7 +87,7 @@ def detached_command(run_id: str, name: str, remote_dir: str, log: str, exit_pat
             f"echo $! > {q(pid_path)}; echo $!")
 
 
-class SshLauncher(Launcher):
+class SshLauncher(LauncherBase):
     kind = "ssh"
 
     def __init__(self, run_id: str, run_dir: str, cluster: Cluster, meta: dict):
@@ -95,9 +95,9 @@ class SshLauncher(Launcher):
         self.cluster = cluster
         self.remote_dir = meta.get("remote_dir") or f"{cluster.remote_dir.rstrip('/')}/{run_id}"
         self._runners: dict[str, Runner] = {}
-        self._shells: dict[str, RemoteShell] = {}
+        self._shells: dict[str, NodeShell] = {}
         self._conn_listeners: list[Callable[[str, str, str], None]] = []
-        self._waiting: dict[str, dict[int, tuple[ProcHandle, asyncio.Future]]] = {}
+        self._waiting: dict[str, dict[int | None, tuple[ProcHandle, asyncio.Future]]] = {}
         self._watchers: dict[str, asyncio.Task] = {}
         self._restart: dict[str, asyncio.Event] = {}
         self._unsub: list[Callable[[], None]] = []
@@ -113,7 +113,7 @@ class SshLauncher(Launcher):
                 self._unsub.append(watch(lambda st, n=node: self._on_conn(n, st)))
         return self._runners[node]
 
-    def shell(self, node: str) -> RemoteShell:
+    def shell(self, node: str) -> NodeShell:
         """The node's persistent shell, for short commands (no login shell per command)."""
         if node not in self._shells:
             self._shells[node] = RemoteShell(self.runner(node))
@@ -210,7 +210,7 @@ class SshLauncher(Launcher):
             return await asyncio.shield(fut)
         finally:
             waiting = self._waiting.get(handle.node, {})
-            if waiting.get(handle.pid, (None, None))[1] is fut:
+            if (entry := waiting.get(handle.pid)) is not None and entry[1] is fut:
                 waiting.pop(handle.pid, None)
 
     async def _watch_node(self, node: str) -> None:

@@ -15,12 +15,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import shlex
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from .shell import CommandError, Result, Runner
 
 _INIT = ('T=$(mktemp -d "${TMPDIR:-/tmp}/.atomdeck-sh.XXXXXX") || exit 1; trap \'rm -rf "$T"\' EXIT; '
          'echo "@@ready"\n')
+
+
+@runtime_checkable
+class NodeShell(Protocol):
+    """Runs short commands on one node, one after another. RemoteShell (one persistent `sh` over SSH)
+    is the one the ssh launcher uses; any Runner (LocalRunner, SshRunner) also fits."""
+
+    async def run(self, argv: list[str], *, timeout: float | None = 60, check: bool = False) -> Result: ...
+    async def close(self) -> None: ...
 
 
 class RemoteShell:

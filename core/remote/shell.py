@@ -81,7 +81,7 @@ class LocalRunner(Runner):
         except (TimeoutError, asyncio.CancelledError):
             _kill_group(proc.pid)
             await proc.wait()
-            if asyncio.current_task() is not None and asyncio.current_task().cancelling():
+            if (task := asyncio.current_task()) is not None and task.cancelling():
                 raise
             res = Result(list(argv), 124, "", f"timed out after {timeout:g}s")
             if check:

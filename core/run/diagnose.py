@@ -79,16 +79,16 @@ def diagnose(s: RunState, now: float | None = None) -> Diagnosis:
             p = s.procs.get(owner)
             who = describe_proc(p, now) if p else f"{owner}: no process owns these ports"
             details.append(f"{cells[0].node} {ports} not open — {who}")
-        first = next(iter(owners))
+        culprit = next(iter(owners))
         n = len(blocking)
         waited = _ago(s.started or now, now)
         if workers_missing and len(missing) > len(workers_missing):
             details.append("the router's port opens only after every worker is up")
         details += sick
         return Diagnosis(f"barrier: {n} cell(s) not open after {waited}; {details[0]}", blocking, details,
-                         first if first in s.procs else None)
+                         culprit if culprit in s.procs else None)
     if failed_checks:
-        c = failed_checks[0]
-        return Diagnosis(f"router check '{c.name}' failed: {c.detail}", [], [f"{x.name}: {x.detail}"
+        check = failed_checks[0]
+        return Diagnosis(f"router check '{check.name}' failed: {check.detail}", [], [f"{x.name}: {x.detail}"
                                                                           for x in failed_checks], "router")
     return Diagnosis(f"barrier complete; waiting for the router: {s.readiness()}")

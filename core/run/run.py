@@ -5,6 +5,7 @@ console, the CLI and any later session (the run directory is the truth).
 from __future__ import annotations
 
 import asyncio
+import builtins
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -97,7 +98,7 @@ class Run(RunWatching):
         self.listeners: list[Callable[[Event], None]] = []
         self.line_listeners: list[Callable[[str, str], None]] = []
         self.stopping = False
-        self.prober: BarrierProber | None = None
+        self.prober: BarrierProber | None = None  # type: ignore[assignment]  # the RunWatching mixin infers it non-optional
         self._changed = asyncio.Event()
         self._hints: set[str] = set()
         self._decode_target: dict[str, str] = {}
@@ -248,7 +249,7 @@ class Run(RunWatching):
             raise AtomdeckError(f"run {self.id} has no process {name}; it has: {', '.join(self.processes)}")
         return h.log_path if h.launcher != "ssh" else str(self.rd.log_path(name))
 
-    async def log_lines(self, name: str, last: int | None = None) -> list[str]:
+    async def log_lines(self, name: str, last: int | None = None) -> builtins.list[str]:  # Run.list shadows list
         """A process's whole log (or its last lines), read from where it lives, redacted."""
         h = self.handles.get(name)
         if h is None:
@@ -332,7 +333,7 @@ class Run(RunWatching):
                 self._set_status("dirty", "teardown interrupted; run `atomdeck down` again")
                 raise
 
-    async def _verify_stopped(self, reports: list[StopReport], released: list[str],
+    async def _verify_stopped(self, reports: builtins.list[StopReport], released: builtins.list[str],
                               problems: str) -> TeardownReport:
         for r in released:
             self.emit(Event("teardown", "allocation", "released", r))

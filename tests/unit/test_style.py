@@ -1,4 +1,4 @@
-"""The house rules that a machine can check: ruff clean, and core never imports Textual."""
+"""The house rules that a machine can check: ruff clean, mypy clean on core/, and core never imports Textual."""
 
 from __future__ import annotations
 
@@ -18,6 +18,15 @@ def test_ruff_is_clean():
         ruff_cmd = [ruff]
     p = subprocess.run([*ruff_cmd, "check", "."], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-1000:]
+
+
+def test_mypy_is_clean_on_core():
+    """The config is [tool.mypy] in pyproject.toml (files = core/, the pydantic plugin)."""
+    mypy = shutil.which("mypy", path=str(ROOT / ".venv" / "bin")) or shutil.which("mypy")
+    cmd = [mypy] if mypy else [sys.executable, "-m", "mypy"]
+    p = subprocess.run([*cmd, "--no-incremental", "--cache-dir=/dev/null"], cwd=ROOT, capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 0 and "Success" in p.stdout, p.stdout[-4000:] + p.stderr[-1000:]
 
 
 def test_core_never_imports_textual_and_tui_never_talks_to_nodes():

@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import os
 import signal
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 
 from ..backoff import Backoff
 from ..shell import CommandError, LocalRunner, Result, Runner
@@ -149,7 +149,7 @@ async def tail(runner: Runner, path: str, offset: int = 0, *, follow: bool = Tru
             unwatch()
 
 
-def _byte_stream(runner: Runner, argv: list[str]) -> AsyncIterator[bytes]:
+def _byte_stream(runner: Runner, argv: list[str]) -> AsyncGenerator[bytes, None]:
     """Raw stdout of argv on the runner. Line-based `Runner.stream` cannot count bytes (it decodes
     and merges stderr), so runners offer `stream_bytes`; LocalRunner gets it here."""
     stream_bytes = getattr(runner, "stream_bytes", None)
@@ -160,7 +160,7 @@ def _byte_stream(runner: Runner, argv: list[str]) -> AsyncIterator[bytes]:
     raise TypeError(f"{type(runner).__name__} has no stream_bytes(); remote tails need one")
 
 
-async def _local_stream_bytes(argv: list[str], chunk: int = 65536) -> AsyncIterator[bytes]:
+async def _local_stream_bytes(argv: list[str], chunk: int = 65536) -> AsyncGenerator[bytes, None]:
     proc = await asyncio.create_subprocess_exec(*argv, stdin=asyncio.subprocess.DEVNULL,
                                                 stdout=asyncio.subprocess.PIPE,
                                                 stderr=asyncio.subprocess.PIPE, start_new_session=True)
