@@ -10,6 +10,7 @@ from __future__ import annotations
 import abc
 from collections.abc import AsyncIterator, Callable
 from dataclasses import asdict, dataclass, field
+from importlib import resources
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from ..design.commands import ProcessSpec
@@ -18,17 +19,20 @@ from ..remote.shell import Result, Runner
 if TYPE_CHECKING:
     from ..design.plan import Plan
 
+_PACKAGE = __name__.rpartition(".")[0]
+
+
+def script(name: str) -> str:
+    """The text of core/launch/scripts/NAME.sh (package data, checked by shellcheck in the tests) that
+    goes to `sh -c`: the file without its leading `#` lines, which say what it does and how it is run."""
+    lines = (resources.files(_PACKAGE) / "scripts" / f"{name}.sh").read_text().splitlines()
+    while lines and (lines[0].startswith("#") or not lines[0].strip()):
+        lines.pop(0)
+    return "\n".join(lines)
+
+
 # $1 = exit-code file; the rest is the command. The marker in $0 lets teardown check a PID is ours.
-SUPERVISOR = r'''ef=$1; shift
-trap '' HUP
-"$@" </dev/null &
-child=$!
-trap 'kill -TERM "$child" 2>/dev/null' TERM
-trap 'kill -INT "$child" 2>/dev/null' INT
-wait "$child"; rc=$?
-while kill -0 "$child" 2>/dev/null; do wait "$child"; rc=$?; done
-echo "$rc" > "$ef.$$" && mv -f "$ef.$$" "$ef"
-exit "$rc"'''
+SUPERVISOR = script("supervisor")
 
 
 def marker(run_id: str, name: str) -> str:

@@ -25,8 +25,11 @@ from ..remote.filetail import follow
 from ..remote.preflight import PreflightError, run_checks
 from ..remote.shell import LocalRunner, Runner
 from . import control_runner
-from .base import SUPERVISOR, LauncherBase, ProcHandle, ProcStatus, StopReport, marker
+from .base import SUPERVISOR, LauncherBase, ProcHandle, ProcStatus, StopReport, marker, script
 from .local import describe_exit, wait_exit
+
+# every process of the run on each node, killed by one srun task per node (scripts/slurm-sweep.sh)
+SWEEP_SCRIPT = script("slurm-sweep")
 
 JOB_START_TIMEOUT = 120.0
 
@@ -341,11 +344,9 @@ class SlurmLauncher(LauncherBase):
 
     async def _sweep_nodes(self, nodes: list[str]) -> list[str]:
         """Kill any process of this run still alive on the nodes (found by its environment marker)."""
-        script = (f'for f in /proc/[0-9]*/environ; do p=${{f#/proc/}}; p=${{p%/environ}}; '
-                  f'tr "\\0" "\\n" < "$f" 2>/dev/null | grep -q "^ATOMDECK_RUN={self.run_id}:" && '
-                  f'[ "$p" != "$$" ] && kill -9 "$p" 2>/dev/null && echo "killed $p on $(hostname)"; done; true')
         argv = ["srun", "--jobid", str(self.job_id), "--overlap", "-w", ",".join(nodes), f"-N{len(nodes)}",
-                f"-n{len(nodes)}", "--ntasks-per-node=1", "--job-name=atomdeck-sweep", "sh", "-c", script]
+                f"-n{len(nodes)}", "--ntasks-per-node=1", "--job-name=atomdeck-sweep",
+                "sh", "-c", SWEEP_SCRIPT, "sweep", self.run_id]
         res = await self.runner.run(argv, timeout=60, env={"ATOMDECK_RUN": ""})
         killed = [ln for ln in res.stdout.splitlines() if ln.startswith("killed")]
         if killed:

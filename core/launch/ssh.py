@@ -19,61 +19,17 @@ from ..design.commands import ProcessSpec
 from ..remote.backoff import Backoff
 from ..remote.node_shell import NodeShell, RemoteShell
 from ..remote.shell import LocalRunner, Runner
-from .base import SUPERVISOR, LauncherBase, ProcHandle, ProcStatus, StopReport, marker
+from .base import SUPERVISOR, LauncherBase, ProcHandle, ProcStatus, StopReport, marker, script
 from .local import describe_exit
 
 # a node's wait channel that broke is reopened after 0.25 s, ×2, at most 5 s apart; reset once it works
 NODE_WAIT_RETRY = Backoff(first_s=0.25, factor=2.0, max_s=5.0, give_up_s=None)
 
-# $1: the logs directory; then PID:NAME for each process. Every 0.2 s, for each process that has ended
-# (zombies count as ended) print "ended PID CODE" once (CODE from $1/NAME.exit, empty if unknown);
-# return when all have ended. One channel per node watches all of its processes: SSH allows 10
-# channels per connection, and each process's log tail needs one.
-WAIT_SCRIPT = r'''dir=$1; shift
-procs="$*"; done=
-while :; do
-  left=0
-  for item in $procs; do
-    pid=${item%%:*}; name=${item#*:}
-    case " $done " in *" $pid "*) continue;; esac
-    s=$(sed 's/.*) //' /proc/"$pid"/stat 2>/dev/null | cut -d' ' -f1)
-    if [ -z "$s" ] || [ "$s" = Z ] || [ "$s" = X ]; then
-      code=; [ -s "$dir/$name.exit" ] && code=$(cat "$dir/$name.exit")
-      echo "ended $pid $code"; done="$done $pid"
-    else
-      left=$((left + 1))
-    fi
-  done
-  [ "$left" -eq 0 ] && break
-  sleep 0.2
-done'''
-
-# $1 process group, $2 marker value, $3 grace seconds: TERM, wait, KILL, verify. One line of result.
-STOP_SCRIPT = r'''pg=$1; mark=$2; grace=$3
-members() { ps -e -o pid=,pgid=,stat= | awk -v g="$pg" '$2==g && $3 !~ /^Z/ {print $1}'; }
-m=$(members)
-[ -z "$m" ] && { echo "gone already"; exit 0; }
-ours=
-for p in $m; do tr '\0' '\n' < /proc/"$p"/environ 2>/dev/null | grep -qx "ATOMDECK_RUN=$mark" && ours=1; done
-[ -z "$ours" ] && { echo "gone (group $pg now holds someone else's processes; left alone)"; exit 0; }
-kill -TERM -"$pg" 2>/dev/null
-t=0
-while [ -n "$(members)" ]; do
-  if [ "$t" -ge $((grace * 10)) ]; then break; fi
-  sleep 0.1; t=$((t + 1))
-done
-if [ -z "$(members)" ]; then echo "gone after SIGTERM in $((t / 10)).$((t % 10))s"; exit 0; fi
-kill -KILL -"$pg" 2>/dev/null
-for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do [ -z "$(members)" ] && break; sleep 0.1; done
-if [ -z "$(members)" ]; then echo "gone after SIGKILL (grace ${grace}s)"; exit 0; fi
-echo "left pids $(members | tr '\n' ' ')"; exit 4'''
-
-SWEEP_SCRIPT = r'''run=$1
-for f in /proc/[0-9]*/environ; do
-  p=${f#/proc/}; p=${p%/environ}
-  [ "$p" = "$$" ] && continue
-  tr '\0' '\n' < "$f" 2>/dev/null | grep -q "^ATOMDECK_RUN=$run:" && kill -9 "$p" 2>/dev/null && echo "killed $p"
-done; true'''
+# the ssh launcher's remote scripts (core/launch/scripts/*.sh; each says its arguments)
+WAIT_SCRIPT = script("wait")  # one channel per node reports every process's end
+STOP_SCRIPT = script("stop")  # TERM a process group, wait, KILL, verify
+SWEEP_SCRIPT = script("sweep")  # kill what is left of the run on a node
+POLL_SCRIPT = script("poll")  # alive, or how it ended
 
 
 def detached_command(run_id: str, name: str, remote_dir: str, log: str, exit_path: str, pid_path: str,
@@ -183,10 +139,7 @@ class SshLauncher(LauncherBase):
         return [results[s.name] for s in specs]
 
     async def poll(self, handle: ProcHandle) -> ProcStatus:
-        script = ('s=$(sed "s/.*) //" /proc/$1/stat 2>/dev/null | cut -d" " -f1); '
-                  'if [ -n "$s" ] && [ "$s" != Z ] && [ "$s" != X ]; then echo alive; '
-                  'elif [ -s "$2" ]; then echo "exit=$(cat "$2")"; else echo exit=; fi')
-        res = await self.shell(handle.node).run(["sh", "-c", script, "poll", str(handle.pid), handle.exit_path],
+        res = await self.shell(handle.node).run(["sh", "-c", POLL_SCRIPT, "poll", str(handle.pid), handle.exit_path],
                                                 timeout=30)
         out = res.stdout.strip()
         if not res.ok:

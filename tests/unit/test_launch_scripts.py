@@ -1,0 +1,81 @@
+"""The launchers' shell scripts are package data (core/launch/scripts/*.sh), shellcheck-clean, loaded
+with importlib.resources, and do what the launchers rely on when run by a real `sh`."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import tomllib
+import uuid
+
+import pytest
+from atomdeck.core.launch import base, slurm, ssh
+from atomdeck.core.launch.base import script
+
+from tests.conftest import ROOT
+
+SCRIPTS = sorted((ROOT / "core" / "launch" / "scripts").glob("*.sh"))
+
+
+def test_the_scripts_are_package_data_and_each_is_used():
+    data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    assert "scripts/*.sh" in data["atomdeck.core.launch"]
+    assert {p.stem for p in SCRIPTS} == {"supervisor", "wait", "stop", "sweep", "poll", "slurm-sweep"}
+    loaded = {base.SUPERVISOR, ssh.WAIT_SCRIPT, ssh.STOP_SCRIPT, ssh.SWEEP_SCRIPT, ssh.POLL_SCRIPT, slurm.SWEEP_SCRIPT}
+    assert loaded == {script(p.stem) for p in SCRIPTS}
+
+
+def test_the_header_comments_stay_out_of_the_command_line():
+    for p in SCRIPTS:
+        text = script(p.stem)
+        assert p.read_text().startswith("#!/bin/sh\n#") and not text.startswith("#") and text.strip(), p
+
+
+def test_no_shell_script_text_is_left_in_the_launchers_python():
+    for p in sorted((ROOT / "core" / "launch").glob("*.py")):
+        assert not re.search(r"r?'''|/proc/\[0-9\]", p.read_text()), f"{p.name} still holds a shell script"
+
+
+def test_shellcheck_is_clean():
+    sc = shutil.which("shellcheck")
+    if sc is None:
+        if os.environ.get("CI") == "true":
+            pytest.fail("shellcheck is not installed (tests/run installs it as root) but CI must check the scripts")
+        pytest.skip("shellcheck is not installed (Debian package shellcheck; tests/run installs it)")
+    p = subprocess.run([sc, "--shell=sh", "--format=gcc", *map(str, SCRIPTS)], capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 0, p.stdout + p.stderr
+
+
+def test_the_supervisor_writes_the_exit_code_and_poll_reads_it(tmp_path):
+    ef = tmp_path / "p.exit"
+    r = subprocess.run(["sh", "-c", base.SUPERVISOR, "atomdeck:r:p", str(ef), "sh", "-c", "exit 7"], timeout=10)
+    assert r.returncode == 7 and ef.read_text() == "7\n"
+    out = subprocess.run(["sh", "-c", ssh.POLL_SCRIPT, "poll", "999999999", str(ef)], capture_output=True,
+                         text=True, timeout=10).stdout
+    assert out == "exit=7\n"
+    out = subprocess.run(["sh", "-c", ssh.POLL_SCRIPT, "poll", str(os.getpid()), str(ef)], capture_output=True,
+                         text=True, timeout=10).stdout
+    assert out == "alive\n"
+
+
+@pytest.mark.parametrize("which", ["ssh", "slurm"])
+def test_the_sweeps_kill_only_the_runs_own_processes(which):
+    run = f"t{uuid.uuid4().hex[:10]}"
+    ours = subprocess.Popen(["sleep", "60"], env={**os.environ, "ATOMDECK_RUN": f"{run}:decode-0"})
+    other = subprocess.Popen(["sleep", "60"], env={**os.environ, "ATOMDECK_RUN": f"{run}x:decode-0"})
+    try:
+        text = ssh.SWEEP_SCRIPT if which == "ssh" else slurm.SWEEP_SCRIPT
+        out = subprocess.run(["sh", "-c", text, "sweep", run], capture_output=True, text=True, timeout=30,
+                             env={**os.environ, "ATOMDECK_RUN": ""}).stdout
+        assert ours.wait(timeout=10) == -signal.SIGKILL
+        assert f"killed {ours.pid}" in out and str(other.pid) not in out
+        assert other.poll() is None
+    finally:
+        for p in (ours, other):
+            if p.poll() is None:
+                p.kill()
+                p.wait()
