@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any
 
@@ -18,11 +17,6 @@ DEMO_RECIPE = "demo-1p1d"
 
 def _csv(text: str | None) -> list[str] | None:
     return [n for n in text.split(",") if n.strip()] if text else None
-
-
-def _print_json(data: Any) -> None:
-    json.dump(data, sys.stdout, indent=2)
-    sys.stdout.write("\n")
 
 
 def _add_plan_args(p: argparse.ArgumentParser) -> None:

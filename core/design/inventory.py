@@ -1,12 +1,11 @@
 """Node inventory: what Slurm (or a static list) says about each node, parsed from real output.
 
-Parsers take the text of `scontrol show node [-o]`, `sinfo -N -h -o '%N|%T|%G|%P|%E'` and
-`sinfo --json`, as printed by Slurm 22.05; unit tests run them on captured output.
+The parser takes the text of `scontrol show node [-o]` as printed by Slurm 22.05 (the inventory and the
+slurm launcher read it); unit tests run it on captured output.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 
@@ -28,19 +27,6 @@ BAD_FLAGS = {
     "FUTURE": "not yet in service",
     "UNKNOWN": "state unknown",
 }
-# sinfo's compact lower-case states (the '*' suffix, "not responding", is handled separately).
-_SINFO_STATES = {
-    "idle": ("IDLE",), "mixed": ("MIXED",), "mix": ("MIXED",), "allocated": ("ALLOCATED",),
-    "alloc": ("ALLOCATED",), "completing": ("COMPLETING",), "comp": ("COMPLETING",),
-    "down": ("DOWN",), "drained": ("IDLE", "DRAIN"), "drain": ("IDLE", "DRAIN"),
-    "draining": ("ALLOCATED", "DRAIN"), "drng": ("ALLOCATED", "DRAIN"), "fail": ("DOWN", "FAIL"),
-    "failing": ("ALLOCATED", "FAIL"), "maint": ("MAINT",), "reserved": ("RESERVED",),
-    "resv": ("RESERVED",), "inval": ("INVAL",), "unknown": ("UNKNOWN",), "unk": ("UNKNOWN",),
-    "planned": ("PLANNED",), "future": ("FUTURE",), "powered_down": ("POWERED_DOWN",),
-    "powering_down": ("POWERING_DOWN",), "reboot_requested": ("REBOOT_REQUESTED",),
-}
-
-
 @dataclass(frozen=True)
 class Node:
     """One node as the cluster reports it."""
@@ -127,69 +113,6 @@ def parse_scontrol_nodes(text: str) -> list[Node]:
             extra={"hostname": kv.get("NodeHostName", ""), "cpus": kv.get("CPUTot", "")},
         ))
     return nodes
-
-
-def _sinfo_states(word: str) -> tuple[str, ...]:
-    word = word.strip().lower()
-    not_responding = word.endswith("*")
-    flags = word.rstrip("*~#!%$@^-")
-    states = list(_SINFO_STATES.get(flags, (flags.upper(),)))
-    if not_responding:
-        states.append("NOT_RESPONDING")
-    if word.endswith("~"):
-        states.append("POWERED_DOWN")
-    return tuple(states)
-
-
-SINFO_FORMAT = "%N|%T|%G|%P|%E"
-
-
-def parse_sinfo(text: str) -> list[Node]:
-    """Parse `sinfo -N -h -o '%N|%T|%G|%P|%E'` (more columns after these are ignored).
-
-    A node in several partitions appears once per partition; the rows are merged.
-    """
-    merged: dict[str, Node] = {}
-    for line in text.splitlines():
-        cols = line.strip().split("|")
-        if len(cols) < 5 or not cols[0]:
-            continue
-        name, state, gres, part = cols[0], cols[1], cols[2], cols[3]
-        reason = cols[-1] if len(cols) == 5 else cols[6] if len(cols) > 6 else cols[4]
-        reason = "" if reason.strip() in ("none", "(null)") else reason.strip()
-        partition = part.rstrip("*")
-        prev = merged.get(name)
-        if prev:
-            merged[name] = Node(prev.name, prev.addr, prev.states, prev.gpus,
-                                prev.partitions + (partition,), prev.reason, "slurm")
-            continue
-        merged[name] = Node(name=name, addr=name, states=_sinfo_states(state), gpus=gpus_from_gres(gres),
-                            partitions=(partition,), reason=reason, source="slurm")
-    return list(merged.values())
-
-
-def parse_sinfo_json(text: str) -> list[Node]:
-    """Parse `sinfo --json` (OpenAPI v0.0.38 and later shapes)."""
-    data = json.loads(text)
-    nodes = []
-    for n in data.get("nodes", []):
-        state = n.get("state", "unknown")
-        states = list(state) if isinstance(state, list) else [str(state)]
-        states = [s.upper() for s in states] + [f.upper() for f in n.get("state_flags", [])]
-        # v0.0.38 says e.g. state "idle" + flags ["DRAIN"]; NOT_RESPONDING appears as a flag
-        reason = _REASON_STAMP.sub("", n.get("reason") or "").strip()
-        nodes.append(Node(
-            name=n["name"], addr=n.get("address") or n["name"], states=tuple(dict.fromkeys(states)),
-            gpus=gpus_from_gres(n.get("gres", "")), partitions=tuple(n.get("partitions") or ()),
-            reason=reason, source="slurm",
-        ))
-    return nodes
-
-
-def merge_addresses(nodes: list[Node], addrs: dict[str, str]) -> list[Node]:
-    """Fill in node addresses found elsewhere (e.g. scontrol's NodeAddr for sinfo rows)."""
-    return [Node(n.name, addrs.get(n.name, n.addr), n.states, n.gpus, n.partitions, n.reason, n.source, n.extra)
-            for n in nodes]
 
 
 def expand_hostlist(expr: str) -> list[str]:

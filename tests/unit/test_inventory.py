@@ -7,8 +7,6 @@ from atomdeck.core.design.inventory import (
     expand_hostlist,
     gpus_from_gres,
     parse_scontrol_nodes,
-    parse_sinfo,
-    parse_sinfo_json,
 )
 
 from tests.conftest import DATA
@@ -41,30 +39,6 @@ def test_scontrol_degraded(fname):
     assert g03.why_unhealthy() == "down, not responding: Not responding"
     assert g04.states == ("IDLE", "DRAIN") and g04.reason == "gpu memory not released"
     assert [n for n, v in nodes.items() if v.healthy] == ["mia1-p01-g01", "mia1-p01-g02"]
-
-
-def test_sinfo_custom_format():
-    nodes = by_name(parse_sinfo((CAP / "sinfo-N-custom-degraded.txt").read_text()))
-    assert nodes["mia1-p01-g03"].states == ("DOWN", "NOT_RESPONDING")  # "down*"
-    assert nodes["mia1-p01-g04"].states == ("IDLE", "DRAIN") and nodes["mia1-p01-g04"].reason == \
-        "gpu memory not released"
-    assert nodes["mia1-p01-g01"].states == ("MIXED",) and nodes["mia1-p01-g01"].healthy
-    assert nodes["mia1-p01-g01"].partitions == ("gpu",)  # the default-partition '*' is dropped
-    assert all(n.gpus == 8 for n in nodes.values())
-
-
-def test_sinfo_merges_partitions():
-    text = "n1|idle|gpu:8|a*|8|1|none\nn1|idle|gpu:8|b|8|1|none\n"
-    (n,) = parse_sinfo(text)
-    assert n.partitions == ("a", "b")
-
-
-@pytest.mark.parametrize("fname,bad", [("sinfo.json", {"mia1-p01-g37"}),
-                                       ("sinfo-degraded.json", {"mia1-p01-g03", "mia1-p01-g04", "mia1-p01-g37"})])
-def test_sinfo_json(fname, bad):
-    nodes = by_name(parse_sinfo_json((CAP / fname).read_text()))
-    assert {n for n, v in nodes.items() if not v.healthy} == bad
-    assert nodes["mia1-p01-g01"].addr == "10.77.0.11"
 
 
 def test_gres_forms():
