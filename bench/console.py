@@ -265,7 +265,7 @@ def _children(pid: int) -> list[int]:
 
 
 def _watcher_pid(console: int) -> int | None:
-    """The console's watcher process (core's Run.watch runs there, see tui/watcher.py)."""
+    """The console's watcher process (core's Run.watch runs there, see core/cli/watcher.py)."""
     for c in _children(console):
         try:
             if b"atomdeck.core.cli.watcher" in Path(f"/proc/{c}/cmdline").read_bytes():

@@ -147,11 +147,6 @@ class ConsoleApp(App[int]):
         """Seconds since the epoch by the console's clock (frozen in tests and screenshots)."""
         return self.clock().timestamp()
 
-    def add_view(self, mode: str, title: str, screen: Callable[[], Screen] | str) -> None:
-        """Add a view (e.g. the run engine's "run"); it gets the next number key's place in the bar."""
-        self.add_mode(mode, screen)
-        self.views.append((mode, title))
-
     def action_view(self, mode: str) -> None:
         if mode in dict(self.views) and self.current_mode != mode:
             self.switch_mode(mode)

@@ -12,7 +12,6 @@ this Run in the console's event loop (watch_client.py), so everything here is si
 
 from __future__ import annotations
 
-import os
 from collections import deque
 from itertools import islice
 from pathlib import Path
@@ -154,9 +153,3 @@ class LiveRun:
             env.update(p.all_env())
         return env
 
-    def log_size(self, name: str) -> int | None:
-        path = self.log_path(name)
-        try:
-            return os.path.getsize(path) if path else None
-        except OSError:
-            return None

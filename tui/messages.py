@@ -13,7 +13,8 @@ from ..core.design.lint import Assessment
 class LaunchRequested(Message):
     """The operator asked to launch this assessment (it had no errors and was confirmed).
 
-    The App hands it to `app.launch_handler`, which the run engine fills in.
+    The App hands it to `app.launch_handler`: by default the run controller's launch_run (core's
+    Run.launch, then the run view); tests give their own.
     """
 
     assessment: Assessment

@@ -3,7 +3,7 @@ runner.py). Connections are
 pooled per event loop: one per (host, port, user, jump, and the files that decide trust), shared
 by every runner, reconnected with bounded exponential back-off when they drop. Host keys are
 checked against known_hosts and an unknown or changed key is refused, never accepted silently
-(ssh_trust.py); targets, errors and the command string sent to sshd are in ssh_target.py.
+(trust.py); targets, errors and the command string sent to sshd are in target.py.
 
 asyncssh is imported inside functions only: it costs ~0.3 s and `import atomdeck.core` must stay
 fast for the TUI and the CLI.
