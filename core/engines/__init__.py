@@ -1,6 +1,7 @@
 """Engines (the worker programs) and frontends (routers) plug in through small registries.
 
 Adding an engine or a router is a new module that registers a class; nothing else changes.
+Pure (no I/O, no asyncio): never imports remote/, launch/, run/, measure/ or cli/.
 """
 
 from __future__ import annotations

@@ -1,4 +1,6 @@
-"""Launchers start a plan's processes on nodes; see base.py for the interface."""
+"""Launchers start a plan's processes on nodes: local.py, ssh.py, slurm.py; the `Launcher` Protocol
+the run engine depends on and `LauncherBase` are in base.py, their shell scripts in scripts/*.sh
+(package data). Uses remote/ and the pure packages; never run/, measure/ or cli/."""
 
 from __future__ import annotations
 
