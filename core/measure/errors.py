@@ -3,5 +3,5 @@
 from __future__ import annotations
 
 
-class MeasureInputError(ValueError):
+class MeasureInputError(Exception):
     """A workload option, a dataset file or the target refuses to be measured; the text says what to change."""
