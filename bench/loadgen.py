@@ -27,8 +27,8 @@ from common import save
 
 
 async def _serving(recipe: str, speed: str | None):
-    from atomdeck.core.run import Run
-    from atomdeck.core.session import load_workspace
+    from atomdeck.core.design.workspace import load_workspace
+    from atomdeck.core.run.run import Run
 
     if speed is None:
         os.environ.pop("ATOMDECK_SIM_SPEED", None)

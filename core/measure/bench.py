@@ -101,9 +101,11 @@ async def check_target(target: Target, workload: Workload) -> dict:
 
 async def bench(target: Target, workload: Workload,
                 on_record: Callable[[Progress, RequestRecord], None] | None = None,
-                on_step: Callable[[int, StepResult], None] | None = None) -> BenchReport:
-    """Check, sweep, save. The report's `path` says where it was written (also when a step failed)."""
-    await check_target(target, workload)
+                on_step: Callable[[int, StepResult], None] | None = None, checked: bool = False) -> BenchReport:
+    """Check (unless the caller just did), sweep, save. The report's `path` says where it was written
+    (also when a step failed)."""
+    if not checked:
+        await check_target(target, workload)
     report = BenchReport(run=target.run, layout=target.layout, model=target.model, gpus=target.gpus,
                          workload=workload, router=target.router, recipe=target.recipe)
 
