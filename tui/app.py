@@ -35,6 +35,7 @@ from .live import LiveRun
 from .messages import DesignChanged, InventoryUpdated, LaunchRequested, RunUpdated
 from .run_control import RunController
 from .screens.base import DesignScreen
+from .screens.bench import BenchScreen
 from .screens.layout import LayoutScreen
 from .screens.nodes import NodesScreen
 from .screens.preview import PreviewScreen
@@ -57,7 +58,7 @@ class ConsoleApp(App[int]):
     BINDINGS = bindings.APP
     MODES: ClassVar[dict[str, str | Callable[[], Screen]]] = {
         "nodes": NodesScreen, "layout": LayoutScreen, "preview": PreviewScreen, "run": RunScreen,
-        "runs": RunsScreen}
+        "runs": RunsScreen, "bench": BenchScreen}
     PULSE_S = 0.1  # the run views redraw at most this often, however fast events and lines arrive
 
     def __init__(self, recipe: str = DEMO_RECIPE, cluster: str = DEMO_CLUSTER, *, readonly: bool = False,
@@ -153,7 +154,7 @@ class ConsoleApp(App[int]):
         self.views.append((mode, title))
 
     def action_view(self, mode: str) -> None:
-        if mode in dict(self.views) and self.current_mode != mode:
+        if (mode in dict(self.views) or mode in self.MODES) and self.current_mode != mode:
             self.switch_mode(mode)
 
     # -- the design: every change goes through core -------------------------------------------
@@ -309,7 +310,7 @@ class ConsoleApp(App[int]):
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "view":
-            return bool(parameters) and parameters[0] in dict(self.views)
+            return bool(parameters) and (parameters[0] in dict(self.views) or parameters[0] in self.MODES)
         if action == "launch":
             return not self.readonly and self.design_screen is not None
         return True
@@ -397,6 +398,8 @@ class ConsoleApp(App[int]):
         yield from super().get_system_commands(screen)
         for i, (mode, title) in enumerate(self.views, 1):
             yield SystemCommand(f"View: {title}", f"go to the {title} view (key {i})", partial(self.action_view, mode))
+        yield SystemCommand("View: Bench", "measure the attached run; compare layouts (key 6)",
+                            partial(self.action_view, "bench"))
         yield SystemCommand("Open recipe or cluster…", "choose another cluster or recipe", self.action_open)
         yield SystemCommand("Refresh nodes", "read the node inventory again", self.action_refresh_inventory)
         yield SystemCommand("Auto-pick nodes", "let core choose usable nodes for the layout",
