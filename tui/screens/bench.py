@@ -96,6 +96,7 @@ class BenchScreen(Screen):
         table = self.query_one(DataTable)
         for key, label in COLUMNS:
             table.add_column(label, key=key)
+        table.focus()  # b, s, x work from the table; tab or a click reaches the form
         self.set_interval(0.1, self._tick)
         self.redraw()
 
@@ -232,6 +233,11 @@ class BenchScreen(Screen):
                              ProgressBar(total=w.num_prompts, show_eta=False, id=f"bench-bar-{i}"),
                              Label("", id=f"bench-count-{i}", classes="bench-step-count"), classes="bench-step")
             box.mount(row)
+        self.call_after_refresh(self._redraw_counts)  # the bars exist once mounted
+
+    def _redraw_counts(self) -> None:
+        self.drawn = None
+        self._tick()
 
     def _tick(self) -> None:
         key = (self.running, tuple(sorted(self.counts.items())), len(self.results), len(self.reports))
