@@ -4,8 +4,9 @@
 it come up, read its logs, tear it down.
 
 The App holds the working state (workspace, design, assessment; the attached run) and re-assesses
-through core on every change; the views only draw it. Views are App modes, reached with 1-5 like
-k9s: Nodes, Layout, Preview (design), Run (the attached run), Runs (every run on this machine).
+through core on every change; the views only draw it. Views are App modes, reached with 1-6 like
+k9s: Nodes, Layout, Preview (design), Run (the attached run), Runs (every run on this machine),
+Bench (measure the attached run, compare layouts).
 core's Run does the work (run_control.py: launch, watch in a watcher process, teardown, quit);
 the App pulses the run views at most ten times a second with what changed (see live.py).
 """
@@ -35,7 +36,6 @@ from .live import LiveRun
 from .messages import DesignChanged, InventoryUpdated, LaunchRequested, RunUpdated
 from .run_control import RunController
 from .screens.base import DesignScreen
-from .screens.bench import BenchScreen
 from .screens.layout import LayoutScreen
 from .screens.nodes import NodesScreen
 from .screens.preview import PreviewScreen
@@ -58,7 +58,7 @@ class ConsoleApp(App[int]):
     BINDINGS = bindings.APP
     MODES: ClassVar[dict[str, str | Callable[[], Screen]]] = {
         "nodes": NodesScreen, "layout": LayoutScreen, "preview": PreviewScreen, "run": RunScreen,
-        "runs": RunsScreen, "bench": BenchScreen}
+        "runs": RunsScreen, "bench": lambda: _bench_screen()}
     PULSE_S = 0.1  # the run views redraw at most this often, however fast events and lines arrive
 
     def __init__(self, recipe: str = DEMO_RECIPE, cluster: str = DEMO_CLUSTER, *, readonly: bool = False,
@@ -86,7 +86,7 @@ class ConsoleApp(App[int]):
         self.keymap: dict[str, str] = {}
         self.named_nodes: list[str] = list(named_nodes)
         self.views: list[tuple[str, str]] = [("nodes", "Nodes"), ("layout", "Layout"), ("preview", "Preview"),
-                                             ("run", "Run"), ("runs", "Runs")]
+                                             ("run", "Run"), ("runs", "Runs"), ("bench", "Bench")]
         self.version = 0
         self.inventory_at: datetime | None = None
         self._ask = ask
@@ -154,7 +154,7 @@ class ConsoleApp(App[int]):
         self.views.append((mode, title))
 
     def action_view(self, mode: str) -> None:
-        if (mode in dict(self.views) or mode in self.MODES) and self.current_mode != mode:
+        if mode in dict(self.views) and self.current_mode != mode:
             self.switch_mode(mode)
 
     # -- the design: every change goes through core -------------------------------------------
@@ -310,7 +310,7 @@ class ConsoleApp(App[int]):
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "view":
-            return bool(parameters) and (parameters[0] in dict(self.views) or parameters[0] in self.MODES)
+            return bool(parameters) and parameters[0] in dict(self.views)
         if action == "launch":
             return not self.readonly and self.design_screen is not None
         return True
@@ -398,8 +398,6 @@ class ConsoleApp(App[int]):
         yield from super().get_system_commands(screen)
         for i, (mode, title) in enumerate(self.views, 1):
             yield SystemCommand(f"View: {title}", f"go to the {title} view (key {i})", partial(self.action_view, mode))
-        yield SystemCommand("View: Bench", "measure the attached run; compare layouts (key 6)",
-                            partial(self.action_view, "bench"))
         yield SystemCommand("Open recipe or cluster…", "choose another cluster or recipe", self.action_open)
         yield SystemCommand("Refresh nodes", "read the node inventory again", self.action_refresh_inventory)
         yield SystemCommand("Auto-pick nodes", "let core choose usable nodes for the layout",
@@ -421,6 +419,13 @@ class ConsoleApp(App[int]):
         self._redraw()  # role colours come from the theme
         if self._theme_choice is None:
             _write_settings({"theme": self.theme})
+
+
+def _bench_screen() -> Screen:
+    """The Bench view, imported when first shown (its chart library is not needed for the first frame)."""
+    from .screens.bench import BenchScreen
+
+    return BenchScreen()
 
 
 def _blocked_text(a: Assessment) -> Text:

@@ -10,10 +10,13 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .stats import Gpus
-from .sweep import StepResult
 from .workload import Workload
+
+if TYPE_CHECKING:
+    from .sweep import StepResult
 
 BENCH_DIR = "bench"
 

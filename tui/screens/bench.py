@@ -22,7 +22,6 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Input, Label, ProgressBar, Static
 
 from ...core.measure import compare
-from ...core.measure.bench import default_workload, target_of
 from ...core.measure.errors import MeasureInputError
 from ...core.measure.results import BENCH_DIR, load_all
 from ...core.measure.workload import Workload, parse_concurrencies
@@ -189,7 +188,7 @@ class BenchScreen(Screen):
     # -- the sweep -------------------------------------------------------------------------------
     @work(exclusive=True, group="bench", exit_on_error=False)
     async def measure(self, w: Workload) -> None:
-        from ...core.measure.bench import bench
+        from ...core.measure.bench import bench, target_of  # aiohttp: loaded when a bench starts
 
         live = self.console.live
         assert live is not None
@@ -260,14 +259,14 @@ class BenchScreen(Screen):
         if not self.is_mounted:
             return
         app = self.console
-        # Bench is key 6; it joins the tab bar here (the other views' bars keep their five tabs)
-        views = app.views if self.VIEW in dict(app.views) else [*app.views, (self.VIEW, "Bench")]
-        self.query_one(ContextBar).show_run(views, self.VIEW, run_context(app), app.readonly)
+        self.query_one(ContextBar).show_run(app.views, self.VIEW, run_context(app), app.readonly)
         live = app.live
         run_id = live.id if live else None
         if run_id != self.shown_run:
             self.shown_run = run_id
             if live is not None:
+                from ...core.measure.bench import default_workload
+
                 self.workload = default_workload(live.run.recipe)
                 self._fill_form(self.workload)
                 self._show_saved()
