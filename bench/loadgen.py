@@ -77,7 +77,7 @@ async def capacity() -> dict:
     return out
 
 
-async def sweep(isl: int = 256, osl: int = 32) -> dict:
+async def sweep(isl: int = 128, osl: int = 16) -> dict:
     run = await _serving("demo-1p1d", None)
     try:
         w = Workload(isl=isl, osl=osl, concurrencies=[1, 4, 16, 64], num_prompts=64)
