@@ -33,7 +33,7 @@ async def show_bench(pilot) -> None:
     await app.workers.wait_for_complete()
     run = fake_run("serving")
     benched(run)
-    app.attach(run, watch=False)
+    app.runs.attach(run, watch=False)
     app.switch_mode("bench")
     await pilot.pause()
     await pilot.pause(0.3)

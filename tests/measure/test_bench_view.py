@@ -59,7 +59,7 @@ async def bench_in_console(run: Run) -> tuple[BenchScreen, list]:
     app = ConsoleApp(refresh_s=None, clock=lambda: datetime(2025, 1, 1, 12, 0, 0))
     async with app.run_test(size=(160, 50)) as pilot:
         await app.workers.wait_for_complete()
-        app.attach(run, watch=False)
+        app.runs.attach(run, watch=False)
         await pilot.press("6")
         await until(pilot, lambda: isinstance(app.screen, BenchScreen), "the bench view")
         screen = app.screen

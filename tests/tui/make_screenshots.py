@@ -96,7 +96,7 @@ async def _bench(pilot) -> None:
     app = pilot.app
     run = _fake("serving")
     benched(run)
-    app.attach(run, watch=False)
+    app.runs.attach(run, watch=False)
     app.switch_mode("bench")
     await pilot.pause(0.3)
 
