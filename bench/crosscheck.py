@@ -7,7 +7,7 @@ aiperf lives only in a bench venv, never in atomdeck's dependencies:
 It runs offline with a local tokenizer: a WordLevel tokenizer over the simulator's vocabulary (built
 here with `tokenizers`, saved with a tokenizer_config.json), so aiperf counts tokens as the simulator does.
 
-    .venv/bin/python bench/crosscheck.py [AIPERF_VENV]
+    .venv/bin/python bench/crosscheck.py [AIPERF_VENV] [CONCURRENCY REQUESTS]
 """
 
 from __future__ import annotations
@@ -119,6 +119,8 @@ async def main(venv: Path) -> dict:
 if __name__ == "__main__":
     os.environ.setdefault("XDG_STATE_HOME", tempfile.mkdtemp(prefix="atomdeck-bench-state-"))
     venv = Path(sys.argv[1] if len(sys.argv) > 1 else "/work/aiperf-venv")
+    if len(sys.argv) > 3:
+        CONC, N = int(sys.argv[2]), int(sys.argv[3])
     result = asyncio.run(main(venv))
     print(json.dumps(result, indent=2))
-    save("crosscheck", result)
+    save(f"crosscheck_c{CONC}", result)

@@ -23,7 +23,7 @@ import time
 
 from atomdeck.core.measure.bench import bench, target_of
 from atomdeck.core.measure.workload import Workload
-from common import save
+from common import load, save
 
 
 async def _serving(recipe: str, speed: str | None):
@@ -97,7 +97,7 @@ async def sweep(isl: int = 128, osl: int = 16) -> dict:
 if __name__ == "__main__":
     os.environ.setdefault("XDG_STATE_HOME", tempfile.mkdtemp(prefix="atomdeck-bench-state-"))
     which = sys.argv[1:] or ["capacity", "sweep"]
-    results = {}
+    results = {k: v for k, v in load().get("loadgen", {}).items() if k != "machine"}  # keep the other part
     if "capacity" in which:
         results["capacity"] = asyncio.run(capacity())
     if "sweep" in which:

@@ -23,6 +23,7 @@ from .sweep import Progress, StepResult, sweep
 from .workload import DEFAULT_ISL, DEFAULT_NUM_PROMPTS, DEFAULT_OSL, Workload
 
 PROBE_TIMEOUT = 5.0
+OVER = ("failed", "stopping", "stopped", "dirty")  # a run in these states is not measured
 
 
 @dataclass
@@ -68,9 +69,11 @@ def default_workload(recipe: Any = None, **given: Any) -> Workload:
 async def check_target(target: Target, workload: Workload) -> dict:
     """Refuse what cannot be measured, with one clear message (MeasureInputError); returns the model card."""
     workload.validate()
-    if target.status != "serving":
+    if target.status in OVER:
         raise MeasureInputError(f"run {target.run} is not serving (status: {target.status}); bench a run once "
                                 f"`atomdeck status {target.run}` says serving")
+    # "starting" on disk can be a run nobody watched to the end (`atomdeck up` without --wait): the router
+    # answering is what counts
     if workload.dataset:
         from .workload import load_dataset
 
@@ -84,6 +87,10 @@ async def check_target(target: Target, workload: Workload) -> dict:
                 raise MeasureInputError(f"the router of run {target.run} at {target.router} answers {url} with "
                                         f"HTTP {resp.status}; it is not ready to be measured")
     except (aiohttp.ClientError, TimeoutError, ValueError) as e:
+        if target.status != "serving":
+            raise MeasureInputError(f"run {target.run} is not serving yet (status: {target.status}) and its router "
+                                    f"at {target.router} does not answer; wait for `atomdeck up --wait` or "
+                                    f"`atomdeck status {target.run}`") from None
         raise MeasureInputError(f"the router of run {target.run} is unreachable at {target.router} "
                                 f"({type(e).__name__}: {e or 'timed out'}); check `atomdeck status {target.run}`") \
             from None

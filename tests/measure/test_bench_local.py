@@ -145,3 +145,37 @@ def test_bad_input_is_one_message_and_exit_2(runs, tmp_path):
     asyncio.run(Run.open(run.id).teardown(grace=2))
     res = cli("bench", run.id)
     assert res.returncode == 2 and "is not serving (status: stopped)" in res.stderr, res.stderr
+
+
+def test_a_run_nobody_watched_is_measured_once_its_router_answers(runs):
+    """`atomdeck up` without --wait leaves "starting" on disk; the router answering is what counts."""
+    import socket
+    import time
+
+    ws = load_workspace("demo-1p1d", "local")
+    ws.inventory = ws.cluster.static_inventory()
+    for path, value in PORTS.items():
+        ws.recipe = set_field(ws.recipe, path.replace("__", "."), value)
+
+    async def launch():
+        run = await Run.launch(ws, ws.assess())
+        await run.close()
+        return run
+
+    run = asyncio.run(launch())
+    runs.append(run)
+    assert Run.open(run.id).state.status == "starting"
+    deadline = time.monotonic() + 60
+    def router_open() -> bool:
+        with socket.socket() as s:
+            return s.connect_ex((run.plan.router.host, run.plan.router.port)) == 0
+
+    while not router_open():
+        assert time.monotonic() < deadline, "the router never opened its port"
+        time.sleep(0.05)
+    res = None
+    while res is None or (res.returncode == 2 and "does not answer" in res.stderr):  # port open, app not yet
+        assert time.monotonic() < deadline, res.stderr
+        res = cli("bench", run.id, "--isl", "16", "--osl", "4", "--concurrency", "2", "--num-prompts", "4", "--json")
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["results"][0]["completed"] == 4
