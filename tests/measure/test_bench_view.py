@@ -113,3 +113,27 @@ async def test_bench_view_measures_and_compares_with_an_earlier_layout():
         ("1P1D TP8", "1"), ("1P1D TP8", "4"), ("2P1D DPA TP8", "1"), ("2P1D DPA TP8", "4")]
     assert len(json.loads(exported[1].read_text())["rows"]) == 4
     assert exported[2].read_text().startswith("<svg")
+
+
+async def test_stopping_a_bench_keeps_the_steps_done_and_leaves_nothing_running():
+    run = await serving("demo-1p1d")
+    try:
+        app = ConsoleApp(refresh_s=None, clock=lambda: datetime(2025, 1, 1, 12, 0, 0))
+        async with app.run_test(size=(160, 50)) as pilot:
+            await app.workers.wait_for_complete()
+            app.runs.attach(run, watch=False)
+            await pilot.press("6")
+            await until(pilot, lambda: isinstance(app.screen, BenchScreen), "the bench view")
+            screen = app.screen
+            await fill(pilot, isl=16, osl=64, concurrency="16,1", num_prompts=200)
+            await pilot.press("b")
+            await until(pilot, lambda: len(screen.results) == 1 and screen.counts[1][0] >= 2, "step 2 under way")
+            await pilot.press("s")
+            await until(pilot, lambda: not screen.running, "the bench to stop", 10)
+            assert screen.status == "stopped after 1 step(s); the steps done are saved", screen.status
+            assert not [w for w in screen.workers if w.group == "bench" and not w.is_finished]
+            (saved,) = (run.rd.path / "bench").glob("2*.json")
+            assert [r["max_concurrency"] for r in json.loads(saved.read_text())["results"]] == [16]
+    finally:
+        await run.teardown(grace=2)
+    assert not alive(run)
