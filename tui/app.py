@@ -4,8 +4,9 @@
 it come up, read its logs, tear it down.
 
 The App holds the working state (workspace, design, assessment; the attached run) and re-assesses
-through core on every change; the views only draw it. Views are App modes, reached with 1-5 like
-k9s: Nodes, Layout, Preview (design), Run (the attached run), Runs (every run on this machine).
+through core on every change; the views only draw it. Views are App modes, reached with 1-6 like
+k9s: Nodes, Layout, Preview (design), Run (the attached run), Runs (every run on this machine),
+Bench (measure the attached run, compare layouts).
 core's Run does the work (run_control.py: launch, watch in a watcher process, teardown, quit);
 the App pulses the run views at most ten times a second with what changed (see live.py).
 """
@@ -57,7 +58,7 @@ class ConsoleApp(App[int]):
     BINDINGS = bindings.APP
     MODES: ClassVar[dict[str, str | Callable[[], Screen]]] = {
         "nodes": NodesScreen, "layout": LayoutScreen, "preview": PreviewScreen, "run": RunScreen,
-        "runs": RunsScreen}
+        "runs": RunsScreen, "bench": lambda: _bench_screen()}
     PULSE_S = 0.1  # the run views redraw at most this often, however fast events and lines arrive
 
     def __init__(self, recipe: str = DEMO_RECIPE, cluster: str = DEMO_CLUSTER, *, readonly: bool = False,
@@ -85,7 +86,7 @@ class ConsoleApp(App[int]):
         self.keymap: dict[str, str] = {}
         self.named_nodes: list[str] = list(named_nodes)
         self.views: list[tuple[str, str]] = [("nodes", "Nodes"), ("layout", "Layout"), ("preview", "Preview"),
-                                             ("run", "Run"), ("runs", "Runs")]
+                                             ("run", "Run"), ("runs", "Runs"), ("bench", "Bench")]
         self.version = 0
         self.inventory_at: datetime | None = None
         self._ask = ask
@@ -413,6 +414,13 @@ class ConsoleApp(App[int]):
         self._redraw()  # role colours come from the theme
         if self._theme_choice is None:
             _write_settings({"theme": self.theme})
+
+
+def _bench_screen() -> Screen:
+    """The Bench view, imported when first shown (its chart library is not needed for the first frame)."""
+    from .screens.bench import BenchScreen
+
+    return BenchScreen()
 
 
 def _blocked_text(a: Assessment) -> Text:

@@ -31,6 +31,7 @@ APP = [
     _b("3", "view('preview')", "Preview", "view.preview", show=False),
     _b("4", "view('run')", "Run", "view.run", show=False),
     _b("5", "view('runs')", "Runs", "view.runs", show=False),
+    _b("6", "view('bench')", "Bench", "view.bench", show=False),
     _b("L,ctrl+l", "launch", "Launch", "launch", key_display="L",
        tooltip="Show every command in the preview; L there launches"),
     _b("ctrl+o", "open", "Open", "open", show=False),
@@ -104,6 +105,14 @@ RUNS = [
        tooltip="Stop every process of the run and verify (asks first)"),
 ]
 
+# The bench view: enter in the workload form starts too.
+BENCH = [
+    _b("b", "start", "Bench", "bench.start", tooltip="Measure the attached run with the workload in the form"),
+    _b("s", "stop", "Stop", "bench.stop", tooltip="Stop the bench; the steps done are kept"),
+    _b("x", "export", "Export", "bench.export", tooltip="Write the comparison as JSON, CSV and SVG into the run "
+       "directory"),
+]
+
 TEARDOWN = [
     _b("escape,enter", "close", "Close", "teardown.close", key_display="esc"),
 ]
@@ -115,7 +124,7 @@ HELP = [
 # Where each group applies, for the help screen.
 SCOPES: dict[str, list[Binding]] = {
     "Everywhere": APP, "Nodes": NODES, "Layout": LAYOUT, "Preview": PREVIEW, "Run": RUN, "Logs": LOGS,
-    "Runs": RUNS, "Teardown": TEARDOWN, "Open": START, "Dialogs": DIALOG, "Help": HELP,
+    "Runs": RUNS, "Bench": BENCH, "Teardown": TEARDOWN, "Open": START, "Dialogs": DIALOG, "Help": HELP,
 }
 
 

@@ -1,4 +1,4 @@
-"""The headless CLI: plan, lint, nodes, up, status, logs, down, runs; `--json` for scripts.
+"""The headless CLI: plan, lint, nodes, up, status, logs, down, runs, bench, compare; `--json` for scripts.
 
 `atomdeck` with no arguments opens the console on the demo cluster.
 """
@@ -75,6 +75,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--nodes", "-w", default=None, help="comma-separated nodes in rank order (prefill first)")
     p.add_argument("--override", default=None, metavar="NODES", help="allow these unhealthy/excluded nodes anyway")
     p.add_argument("--run", default=None, help="open on this run (reattach) instead of designing a new one")
+
+    from .measure_verbs import add_parsers
+
+    add_parsers(sub)
     return ap
 
 
@@ -85,6 +89,8 @@ def main(argv: list[str] | None = None) -> int:
             return _tui(args)
         if args.cmd in ("plan", "lint", "nodes"):
             from . import design_verbs as verbs
+        elif args.cmd in ("bench", "compare"):
+            from . import measure_verbs as verbs  # type: ignore[no-redef]
         else:
             from . import run_verbs as verbs  # type: ignore[no-redef]
         return getattr(verbs, f"cmd_{args.cmd}")(args)

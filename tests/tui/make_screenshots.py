@@ -87,6 +87,20 @@ def _run(scenario: str, then: Step | None = None) -> Step:
     return step
 
 
+async def _bench(pilot) -> None:
+    """The Bench view of a benched run over two earlier layouts (tests/measure/fakebench.py)."""
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from tests.measure.fakebench import benched
+
+    app = pilot.app
+    run = _fake("serving")
+    benched(run)
+    app.runs.attach(run, watch=False)
+    app.switch_mode("bench")
+    await pilot.pause(0.3)
+
+
 def _feed(app, name: str, lines: list[str]) -> None:
     for fn in list(app.live.run.line_listeners):
         for line in lines:
@@ -203,6 +217,7 @@ SHOTS: dict[str, tuple[dict, tuple[int, int], Step]] = {
     "23-run-hung-100x30": ({}, SMALL, _run("hung")),
     "24-preflight-failed": ({"recipe": "dsv4-fp4-mi355x-2p1d-dpa", "cluster": "mia1", "offline": True,
                              "named_nodes": MIA1, "fetch": _offline}, BIG, _preflight),
+    "25-bench-pareto": ({}, BIG, _bench),
 }
 
 

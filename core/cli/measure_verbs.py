@@ -1,0 +1,144 @@
+"""CLI verbs that measure runs: bench (a concurrency sweep against a serving run's router) and compare
+(every bench step of several runs in one table, per GPU, Pareto front marked)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..measure.errors import MeasureInputError
+
+if TYPE_CHECKING:
+    from ..measure.sweep import StepResult
+
+# The verbs import the run engine and aiohttp when they run, so `atomdeck --help` stays fast.
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    """The `bench` and `compare` sub-commands (registered by main.build_parser)."""
+    p = sub.add_parser("bench", help="measure a serving run: a concurrency sweep through its router")
+    p.add_argument("run", help="run id (or unique prefix)")
+    p.add_argument("--isl", type=int, default=None, help="input tokens per prompt (default: recipe benchmark.isl, "
+                   "else 1024)")
+    p.add_argument("--osl", type=int, default=None, help="output tokens per request (default: recipe benchmark.osl, "
+                   "else 128)")
+    p.add_argument("--concurrency", default=None, metavar="LIST",
+                   help="comma-separated concurrency steps, e.g. 1,4,16,64 (default: recipe benchmark.concurrencies)")
+    p.add_argument("--num-prompts", type=int, default=None, help="requests per step (default 64)")
+    p.add_argument("--random-range-ratio", type=float, default=None,
+                   help="prompt lengths uniform in [ISL x ratio, ISL] (InferenceX; default 1.0 = all ISL)")
+    p.add_argument("--seed", type=int, default=None, help="random seed for prompts and arrivals (default 0)")
+    p.add_argument("--dataset", default=None, metavar="FILE", help='JSONL prompts ({"prompt": ...} or {"text": ...} '
+                   "per line) instead of random ones")
+    p.add_argument("--request-rate", type=float, default=None, help="requests/s, Poisson arrivals (default: as fast "
+                   "as the concurrency allows)")
+    p.add_argument("--warmup", type=int, default=None, help="warm-up requests before the first step, not counted "
+                   "(default 2)")
+    p.add_argument("--endpoint", choices=("completions", "chat"), default=None, help="/v1/completions (default) "
+                   "or /v1/chat/completions")
+    p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("compare", help="every bench step of the given runs in one table, per GPU")
+    p.add_argument("runs", nargs="+", metavar="RUN")
+    p.add_argument("--csv", default=None, metavar="FILE", help="also write the table as CSV")
+    p.add_argument("--json", action="store_true")
+
+
+def _fail(msg: str) -> int:
+    print(f"atomdeck: error: {msg}", file=sys.stderr)
+    return 2
+
+
+def _step_line(t0: float, i: int, n: int, step: StepResult) -> str:
+    s = step.summary
+    bad = f", {s['failed']} FAILED" if s["failed"] else ""
+    bad += f", {s['short']} short" if s["short"] else ""
+    return (f"[{time.time() - t0:6.1f}s] step {i + 1}/{n} concurrency {s['max_concurrency']:>4}: "
+            f"{s['completed']}/{s['num_prompts']} ok{bad}; {s['output_throughput']:.1f} out tok/s "
+            f"({s['output_throughput_per_gpu']:.2f}/GPU), TTFT p50 {s['median_ttft_ms']:.1f} ms, "
+            f"TPOT p50 {s['median_tpot_ms']:.2f} ms, {s['duration']:.1f}s")
+
+
+def _table(results: list[dict]) -> str:
+    lines = [f"{'CONC':>5} {'OK':>5} {'FAIL':>5} {'SHORT':>5} {'OUT TOK/S':>10} {'TOK/S/GPU':>10} {'TOK/S/USER':>10} "
+             f"{'TTFT p50':>9} {'TTFT p99':>9} {'TPOT p50':>9} {'ITL p50':>8} {'E2E p50':>9}"]
+    for r in results:
+        lines.append(f"{r['max_concurrency']:>5} {r['completed']:>5} {r['failed']:>5} {r['short']:>5} "
+                     f"{r['output_throughput']:>10.1f} {r['output_throughput_per_gpu']:>10.2f} "
+                     f"{r['interactivity']:>10.2f} {r['median_ttft_ms']:>9.1f} {r['p99_ttft_ms']:>9.1f} "
+                     f"{r['median_tpot_ms']:>9.2f} {r['median_itl_ms']:>8.2f} {r['median_e2el_ms']:>9.1f}")
+    return "\n".join(lines)
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from ..measure.bench import bench, check_target, default_workload, target_of
+    from ..measure.workload import parse_concurrencies
+    from ..run.run import Run
+
+    try:
+        concurrencies = parse_concurrencies(args.concurrency) if args.concurrency is not None else None
+        if args.dataset is not None and not Path(args.dataset).is_file():
+            raise MeasureInputError(f"--dataset {args.dataset}: no such file")
+    except MeasureInputError as e:
+        return _fail(str(e))
+    run = Run.open(args.run)  # an unknown run is an AtomdeckError: main prints it, exit 2
+    workload = default_workload(run.recipe, isl=args.isl, osl=args.osl, concurrencies=concurrencies,
+                                num_prompts=args.num_prompts, random_range_ratio=args.random_range_ratio,
+                                seed=args.seed, dataset=args.dataset, request_rate=args.request_rate,
+                                warmup=args.warmup, endpoint=args.endpoint)
+    target = target_of(run)
+    t0 = time.time()
+    n = len(workload.concurrencies)
+
+    async def go():
+        try:
+            await check_target(target, workload)  # bad input: one message, before anything is sent
+            print(f"bench {run.id} ({target.layout}, {target.gpus.total} GPUs) at {target.router}: {workload.key}, "
+                  f"steps {','.join(map(str, workload.concurrencies))} x {workload.num_prompts} requests",
+                  file=sys.stderr, flush=True)
+            return await bench(target, workload, checked=True,
+                               on_step=lambda i, s: print(_step_line(t0, i, n, s), file=sys.stderr, flush=True))
+        finally:
+            await run.close()
+
+    try:
+        report = asyncio.run(go())
+    except MeasureInputError as e:
+        return _fail(str(e))
+    if args.json:
+        print(json.dumps({**report.to_json(), "saved": report.path}, indent=2))
+    else:
+        print(_table(report.results))
+    print(f"saved {report.path}", file=sys.stderr)
+    if report.complete:
+        return 0
+    print("NOT complete: " + "; ".join(report.problems()), file=sys.stderr)
+    return 1
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from ..measure import compare as cmp
+    from ..measure.results import load_all
+    from ..run.rundir import RunDir
+
+    reports: list[dict] = []
+    for rid in args.runs:
+        rd = RunDir.find(rid)  # unknown: AtomdeckError, exit 2
+        found = load_all(rd.path)
+        if not found:
+            return _fail(f"run {rd.id} has no bench results; measure it with `atomdeck bench {rd.id}`")
+        reports += found
+    table = cmp.rows(reports)
+    if args.csv:
+        Path(args.csv).write_text(cmp.to_csv(table))
+    if args.json:
+        print(json.dumps({"runs": [r["run"] for r in reports], "benches": [r["path"] for r in reports],
+                          "rows": table}, indent=2))
+    else:
+        print(cmp.to_text(table))
+    return 0
