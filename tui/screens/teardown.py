@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from rich.table import Table
 from rich.text import Text
+from textual import on
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
@@ -127,8 +128,6 @@ class TeardownScreen(ModalScreen[None]):
         out.append(f"\n  try again with D, or `atomdeck down {live.id}`", style="dim")
         return out
 
-    def on_button_pressed(self, event: Button.Pressed) -> None:
-        self.dismiss(None)
-
+    @on(Button.Pressed, "#close")
     def action_close(self) -> None:
         self.dismiss(None)
