@@ -487,12 +487,20 @@ def _run_design(run_id: str) -> tuple[str | None, str | None]:
     return None, None
 
 
+def console_options(cluster: str | None, recipe: str | None, run_id: str | None) -> tuple[str, str, bool]:
+    """(recipe, cluster, ask) for the console: the demo unless told otherwise; a cluster without a
+    recipe opens the Open screen on that cluster, but `--run` always wins: it opens that run."""
+    if run_id and recipe is None:
+        run_recipe, run_cluster = _run_design(run_id)
+        if cluster is None or cluster == run_cluster:
+            recipe, cluster = run_recipe, run_cluster or cluster
+    ask = cluster is not None and recipe is None and not run_id
+    return recipe or DEMO_RECIPE, cluster or DEMO_CLUSTER, ask
+
+
 def run_console(cluster: str | None = None, recipe: str | None = None, readonly: bool = False, **kw: Any) -> int:
-    """`atomdeck` / `atomdeck tui`: the demo (local + demo-1p1d) unless told otherwise; a cluster
-    without a recipe opens the Open screen on that cluster."""
-    if kw.get("run_id") and recipe is None and cluster is None:
-        recipe, cluster = _run_design(kw["run_id"])
-    app = ConsoleApp(recipe or DEMO_RECIPE, cluster or DEMO_CLUSTER, readonly=readonly,
-                     ask=cluster is not None and recipe is None, **kw)
+    """`atomdeck` / `atomdeck tui`: see console_options."""
+    recipe, cluster, ask = console_options(cluster, recipe, kw.get("run_id"))
+    app = ConsoleApp(recipe, cluster, readonly=readonly, ask=ask, **kw)
     result = app.run()
     return result if isinstance(result, int) else 0

@@ -6,10 +6,21 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from typing import Any
 
 from ..config.errors import AtomdeckError, ConfigError
+
+# Shown by `atomdeck --help` and copied in README.md ("Exit codes"): one table for every verb.
+EXIT_CODES = """\
+exit codes (every verb):
+  0  ok
+  1  the thing asked for failed: lint errors, a run that failed or timed out, an unclean teardown
+  2  bad input or configuration: unknown recipe/cluster/run, invalid YAML or keys, wrong arguments
+
+--json (every verb): one JSON object on stdout and nothing else (`logs --json`: one object per
+line); errors too, as {"error": {"kind", "message", "findings"}} with the same exit code."""
 
 DEMO_CLUSTER = "local"
 DEMO_RECIPE = "demo-1p1d"
@@ -17,6 +28,40 @@ DEMO_RECIPE = "demo-1p1d"
 
 def _csv(text: str | None) -> list[str] | None:
     return [n for n in text.split(",") if n.strip()] if text else None
+
+
+def _print_json(data: Any) -> None:
+    json.dump(data, sys.stdout, indent=2, default=str)
+    sys.stdout.write("\n")
+
+
+class UsageError(AtomdeckError):
+    """A command line argparse refused (exit 2), raised instead of printing so --json can answer in JSON."""
+
+    def __init__(self, parser: argparse.ArgumentParser, message: str):
+        self.parser = parser
+        super().__init__(message)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # type: ignore[override]
+        raise UsageError(self, message)
+
+
+def error_json(kind: str, message: str, findings: list | None = None) -> dict:
+    """The one shape of an error under --json."""
+    return {"error": {"kind": kind, "message": message, "findings": findings or []}}
+
+
+def _fail(as_json: bool, code: int, kind: str, message: str, findings: list | None = None,
+          text: list[str] | None = None) -> int:
+    """Report an error: JSON on stdout under --json, else text on stderr. Returns the exit code."""
+    if as_json:
+        _print_json(error_json(kind, message, findings))
+    else:
+        for line in text or [f"atomdeck: error: {message}"]:
+            print(line, file=sys.stderr)
+    return code
 
 
 def _add_plan_args(p: argparse.ArgumentParser) -> None:
@@ -30,7 +75,8 @@ def _add_plan_args(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="atomdeck", description=__doc__.splitlines()[0])
+    ap = _Parser(prog="atomdeck", description=__doc__.splitlines()[0], epilog=EXIT_CODES,
+                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", metavar="COMMAND")
 
     p = sub.add_parser("plan", help="show the plan and every command that would run")
@@ -58,6 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--process", "-p", default=None, help="one process, e.g. prefill-0 or router")
     p.add_argument("--follow", "-f", action="store_true")
     p.add_argument("--lines", "-n", type=int, default=None, help="only the last N lines")
+    p.add_argument("--json", action="store_true", help="JSON lines: {process, node, text, offset} per log line")
 
     p = sub.add_parser("down", help="stop every process of a run and verify; exit 0 only when clean")
     p.add_argument("run")
@@ -83,7 +130,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    as_json = "--json" in argv
+    try:
+        args = build_parser().parse_args(argv)
+    except UsageError as e:
+        if not as_json:
+            e.parser.print_usage(sys.stderr)
+        return _fail(as_json, 2, "usage", str(e), text=[f"{e.parser.prog}: error: {e}"])
     try:
         if args.cmd is None or args.cmd == "tui":
             return _tui(args)
@@ -95,13 +149,13 @@ def main(argv: list[str] | None = None) -> int:
             from . import run_verbs as verbs  # type: ignore[no-redef]
         return getattr(verbs, f"cmd_{args.cmd}")(args)
     except ConfigError as e:
-        print("atomdeck: the configuration has problems:", file=sys.stderr)
-        for issue in e.issues:
-            print(f"  {issue}", file=sys.stderr)
-        return 2
+        findings = [{"source": i.source, "key": i.path, "line": i.line, "message": i.message} for i in e.issues]
+        return _fail(as_json, 2, "config", f"the configuration has {len(e.issues)} problem(s)", findings,
+                     ["atomdeck: the configuration has problems:", *(f"  {i}" for i in e.issues)])
     except AtomdeckError as e:
-        print(f"atomdeck: error: {e}", file=sys.stderr)
-        return 2
+        found = [f.to_json() if hasattr(f, "to_json") else str(f) for f in getattr(e, "findings", None) or []]
+        kind = "preflight" if found else "input"
+        return _fail(as_json, 2, kind, str(e), found)
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
@@ -122,7 +176,7 @@ def _tui(args: argparse.Namespace) -> int:
     if getattr(args, "offline", False):
         kw["offline"] = True
     if getattr(args, "run", None):
-        kw["run_id"] = args.run
+        kw["run_id"] = args.run  # --run wins over --cluster: the console opens on that run
     return run_console(cluster=getattr(args, "cluster", None), recipe=getattr(args, "recipe", None),
                        readonly=getattr(args, "readonly", False), **kw)
 

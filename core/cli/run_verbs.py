@@ -28,23 +28,42 @@ def _progress(t0: float):
 
 def cmd_up(args: argparse.Namespace) -> int:
     from .design_verbs import _findings_text, prepare
+    from .main import _fail
 
     ws, a = prepare(args)
     if not a.ok:
-        print("\n".join(_findings_text(a.findings)), file=sys.stderr)
-        print("atomdeck: nothing launched: fix the errors above", file=sys.stderr)
-        return 1
+        errors = len(a.errors())
+        return _fail(getattr(args, "json", False), 1, "lint",
+                     f"nothing launched: {errors} error(s) must be fixed first" if a.plan else
+                     "nothing launched: no plan could be made", [f.to_json() for f in a.findings],
+                     [*_findings_text(a.findings), "atomdeck: nothing launched: fix the errors above"])
     return asyncio.run(_up(ws, a, args))
+
+
+def up_json(run: Run, state: RunState, *, waited: bool, timeout: float | None = None) -> dict:
+    """What `up --json` prints: the run, where it serves, and (after --wait) how it ended."""
+    d = diagnose(state)
+    out = {"run": run.id, "status": state.status, "readiness": state.readiness(),
+           "router": run.plan.router.url, "model": run.recipe.model.client_name,
+           "processes": {n: {"node": h.node, "launcher": h.launcher} for n, h in run.handles.items()},
+           "waited": waited, "diagnosis": state.diagnosis or d.headline, "details": d.details}
+    if waited and state.status not in ("serving", "failed"):
+        out["diagnosis"] = f"timed out after {timeout:g}s: {d.headline}"
+    return out
 
 
 async def _up(ws, a, args) -> int:
     t0 = time.time()
+    as_json = getattr(args, "json", False)
     run = await Run.launch(ws, a, job_id=args.job)
-    print(run.id, flush=True)
+    if not as_json:
+        print(run.id, flush=True)
     if not args.wait:
         print(f"launched {len(run.handles)} processes; watch with `atomdeck status {run.id}`, "
               f"stop with `atomdeck down {run.id}`", file=sys.stderr)
         await run.close()
+        if as_json:
+            print(json.dumps(up_json(run, run.state, waited=False), indent=2, default=str))
         return 0 if run.state.status != "failed" else 1
     run.listeners.append(_progress(t0))
     timeout = args.timeout or (run.recipe.health.worker_timeout_s + run.recipe.health.router_timeout_s + 30)
@@ -52,6 +71,8 @@ async def _up(ws, a, args) -> int:
         state = await run.watch(until=lambda s: s.status in ("serving", "failed"), timeout=timeout)
     finally:
         await run.close()
+    if as_json:
+        print(json.dumps(up_json(run, state, waited=True, timeout=timeout), indent=2, default=str))
     if state.status == "serving":
         print(f"serving: {state.readiness()} at {run.plan.router.url} (model {run.recipe.model.client_name})",
               file=sys.stderr)
@@ -129,6 +150,8 @@ def cmd_logs(args: argparse.Namespace) -> int:
     names = [args.process] if args.process else list(run.handles)
     for n in names:
         run.local_log(n)  # an unknown process name is a clear error, not a traceback
+    if getattr(args, "json", False):
+        return _logs_json(run, names, args)
     prefix = len(names) > 1
 
     async def follow(name: str) -> None:
@@ -143,6 +166,40 @@ def cmd_logs(args: argparse.Namespace) -> int:
                 for n in names:
                     for line in await run.log_lines(n, args.lines):
                         print(f"{n}| {line}" if prefix else line)
+        finally:
+            await run.close()
+
+    try:
+        asyncio.run(go())
+    except KeyboardInterrupt:
+        return 0
+    return 0
+
+
+def _logs_json(run: Run, names: list[str], args: argparse.Namespace) -> int:
+    """JSON lines: {"process", "node", "text", "offset"} per log line; offset is the byte offset in the
+    process's log just after the line (give it back to resume)."""
+
+    def emit(name: str, offset: int, text: str) -> None:
+        rec = {"process": name, "node": run.handles[name].node, "text": text, "offset": offset}
+        print(json.dumps(rec), flush=True)
+
+    async def one(name: str) -> None:
+        records = await run.log_records(name, args.lines)
+        for offset, text in records:
+            emit(name, offset, text)
+        if args.follow:
+            start = records[-1][0] if records else (0 if args.lines else None)
+            async for offset, text in run.follow_records(name, start):
+                emit(name, offset, text)
+
+    async def go() -> None:
+        try:
+            if args.follow:
+                await asyncio.gather(*(one(n) for n in names))
+            else:
+                for n in names:
+                    await one(n)
         finally:
             await run.close()
 
@@ -182,7 +239,7 @@ def _teardown_progress(t0: float):
 def cmd_runs(args: argparse.Namespace) -> int:
     runs = Run.list()
     if args.json:
-        print(json.dumps(runs, indent=2, default=str))
+        print(json.dumps({"runs": runs}, indent=2, default=str))
         return 0
     if not runs:
         print("no runs yet; start one with `atomdeck up RECIPE`")

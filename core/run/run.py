@@ -251,15 +251,19 @@ class Run(RunWatching):
 
     async def log_lines(self, name: str, last: int | None = None) -> builtins.list[str]:  # Run.list shadows list
         """A process's whole log (or its last lines), read from where it lives, redacted."""
+        return [line for _, line in await self.log_records(name, last)]
+
+    async def log_records(self, name: str, last: int | None = None) -> list[tuple[int, str]]:
+        """As log_lines, each line with the byte offset just after it (where to resume)."""
         h = self.handles.get(name)
         if h is None:
             raise AtomdeckError(f"run {self.id} has no process {name}; it has: {', '.join(self.processes)}")
-        lines: list[str] = []
+        lines: list[tuple[int, str]] = []
         q: asyncio.Queue = asyncio.Queue()
 
         async def pump() -> None:
-            async for _, line in self.launcher.tail(h, 0):
-                await q.put(line)
+            async for item in self.launcher.tail(h, 0):
+                await q.put(item)
 
         task = asyncio.create_task(pump())
         try:
@@ -271,7 +275,19 @@ class Run(RunWatching):
         finally:
             await cancel_all([task])
         lines = lines[-last:] if last else lines
-        return [redact_line(x, self._secrets) for x in lines]
+        return [(off, redact_line(x, self._secrets)) for off, x in lines]
+
+    async def follow_records(self, name: str, start: int | None = None):
+        """(offset after the line, line) for every line from byte `start` on (None: from the current end)."""
+        h = self.handles.get(name)
+        if h is None:
+            raise AtomdeckError(f"run {self.id} has no process {name}; it has: {', '.join(self.processes)}")
+        if start is None:
+            import os
+
+            start = os.path.getsize(h.log_path) if h.launcher != "ssh" and os.path.exists(h.log_path) else 0
+        async for off, line in self.launcher.tail(h, start):
+            yield off, redact_line(line, self._secrets)
 
     async def follow_log(self, name: str, last: int = 0):
         """The last `last` lines, then every new line as it arrives (redacted)."""

@@ -147,7 +147,7 @@ def test_a_run_nobody_watches_is_listed_as_starting_not_launching():
         (meta,) = [m for m in Run.list() if m["id"] == run_id]
         assert meta["status"] == "starting"
         listed = json.loads(_cli("runs", "--json").stdout)
-        assert any(r["id"] == run_id and r["status"] == "starting" for r in listed), listed
+        assert any(r["id"] == run_id and r["status"] == "starting" for r in listed["runs"]), listed
     finally:
         down = _cli("down", run_id)
     assert down.returncode == 0, down.stdout + down.stderr
