@@ -70,11 +70,15 @@ def parse_yaml(text: str, source: str) -> YamlDoc:
     try:
         root = yaml.compose(text, Loader=_Loader)
         data = yaml.load(text, Loader=_Loader)
-    except yaml.MarkedYAMLError as e:
+    except yaml.constructor.ConstructorError as e:  # our duplicate-key message is already plain
         mark = e.problem_mark or e.context_mark
-        line = mark.line + 1 if mark else None
-        problem = e.problem or str(e)
-        raise ConfigError([ConfigIssue(source, "", f"is not valid YAML: {problem}", line)]) from None
+        raise ConfigError([ConfigIssue(source, "", f"is not valid YAML: {e.problem}",
+                                       mark.line + 1 if mark else None)]) from None
+    except yaml.MarkedYAMLError as e:
+        from .yamlerrors import explain
+
+        line, plain = explain(text, e)
+        raise ConfigError([ConfigIssue(source, "", f"is not valid YAML: {plain}", line)]) from None
     except yaml.YAMLError as e:
         raise ConfigError([ConfigIssue(source, "", f"is not valid YAML: {e}")]) from None
     return YamlDoc(data, root, source)
@@ -117,8 +121,12 @@ def _explain(err: Mapping[str, Any], model: type[BaseModel]) -> str:
         known = _known_keys(model, err["loc"][:-1])
         hint = ""
         if known:
-            close = difflib.get_close_matches(str(err["loc"][-1]), known, n=1)
+            # only a really close name is a suggestion ('polcy' -> 'policy'; 'nodes' is not 'mode')
+            close = difflib.get_close_matches(str(err["loc"][-1]), known, n=1, cutoff=0.75)
             hint = f"; did you mean '{close[0]}'?" if close else f"; known keys: {', '.join(sorted(known))}"
+            if err["loc"] == ("nodes",) and "placement" in known:  # the most common recipe mistake
+                hint = ("; a recipe names no nodes (they are picked when you plan, from the cluster); "
+                        "placement.prefill / placement.decode pin roles to nodes")
         return f"unknown key; remove it{hint}"
     if kind == "missing":
         return "is required; add it"
@@ -181,25 +189,65 @@ def _model_in(annotation: Any) -> type[BaseModel] | None:
 
 def validate(model: type[M], doc: YamlDoc, checks: Callable[[M, str, YamlDoc], list[ConfigIssue]] | None = None) -> M:
     """Validate a parsed document against a pydantic model, then with `checks` (the rules across keys),
-    reporting every issue by key path."""
-    obj = _validate_shape(model, doc)
-    issues = checks(obj, doc.source, doc) if checks else []
+    reporting every issue by key path, all in one pass: keys with a wrong shape are set aside so the
+    rules across keys still run on the rest."""
+    obj, issues = _validate_shape(model, doc)
+    if obj is not None and checks:
+        reported = {i.path for i in issues}
+        issues += [i for i in checks(obj, doc.source, doc)
+                   if not any(i.path == p or i.path.startswith(p + ".") for p in reported)]
     if issues:
-        raise ConfigError(issues)
+        raise ConfigError(sorted(issues, key=lambda i: i.line or 0))
+    assert obj is not None
     return obj
 
 
-def _validate_shape(model: type[M], doc: YamlDoc) -> M:
+def _validate_shape(model: type[M], doc: YamlDoc) -> tuple[M | None, list[ConfigIssue]]:
+    """(the model built from the keys that are right, or None; every shape issue)."""
     data = doc.data
     if data is None:
         data = {}
     if not isinstance(data, dict):
         raise ConfigError([ConfigIssue(doc.source, "", f"must be a mapping of keys to values, got {_short(data)}")])
-    try:
-        return model.model_validate(data)
-    except ValidationError as e:
-        issues = []
-        for err in e.errors(include_url=False):
-            loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-")))
-            issues.append(ConfigIssue(doc.source, _fmt_path(loc), _explain(err, model), doc.line_of(loc)))
-        raise ConfigError(issues) from None
+    issues: list[ConfigIssue] = []
+    seen: set[str] = set()
+    for _ in range(8):  # each round sets aside the keys pydantic refused; a handful of rounds is plenty
+        try:
+            return model.model_validate(data), issues
+        except ValidationError as e:
+            locs = []
+            for err in e.errors(include_url=False):
+                loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith("function-")))
+                if _fmt_path(loc) not in seen:
+                    seen.add(_fmt_path(loc))
+                    issues.append(ConfigIssue(doc.source, _fmt_path(loc), _explain(err, model), doc.line_of(loc)))
+                locs.append((loc, err["type"]))
+            data = _without(data, locs)
+            if data is None:
+                break
+    return None, issues
+
+
+def _without(data: dict, locs: list[tuple[tuple, str]]) -> dict | None:
+    """A copy of data without the values at locs (so the model's defaults stand in; a missing required
+    key gets a stand-in text); None when a location cannot be changed (nothing more can be learnt)."""
+    import copy
+
+    out = copy.deepcopy(data)
+    for loc, kind in reversed(locs):  # from the end, so removing list items keeps earlier indices right
+        if not loc:
+            return None
+        parent: Any = out
+        for part in loc[:-1]:
+            try:
+                parent = parent[part]
+            except (KeyError, IndexError, TypeError):
+                return None
+        try:
+            if kind == "missing":
+                parent[loc[-1]] = "?"
+            else:
+                del parent[loc[-1]]
+        except (KeyError, IndexError, TypeError):
+            return None
+    return out

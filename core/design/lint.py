@@ -55,6 +55,7 @@ def assess(recipe: Recipe, cluster: Cluster, inventory: list[Node], nodes: list[
            ctx: LaunchContext | None = None, disabled: frozenset[str] = frozenset()) -> Assessment:
     """Choose nodes, plan, render and lint in one pass. Never raises for a user mistake."""
     selection, findings = choose_nodes(recipe, cluster, inventory, nodes, overrides)
+    findings += exclusion_findings(cluster, inventory)
     findings = [f for f in findings if f.rule not in disabled]
     findings += [f for f in recipe_findings(recipe, cluster, catalog) if f.rule not in disabled]
     if selection is None:
@@ -69,6 +70,27 @@ def assess(recipe: Recipe, cluster: Cluster, inventory: list[Node], nodes: list[
 
 def _dedupe(findings: list[Finding]) -> list[Finding]:
     return list(dict.fromkeys(findings))
+
+
+def exclusion_findings(cluster: Cluster, inventory: list[Node]) -> list[Finding]:
+    """An exclusion rule that matches no node of the cluster is a typo that silently excludes nothing."""
+    import difflib
+    import fnmatch
+
+    names = [n.name for n in inventory if n.source != "offline"]
+    if not names:  # planned by name only: the cluster's nodes are not known
+        return []
+    out = []
+    for i, rule_ in enumerate(cluster.exclude):
+        if any(fnmatch.fnmatchcase(n, rule_.node) for n in names):
+            continue
+        close = difflib.get_close_matches(rule_.node, names, n=1, cutoff=0.75)
+        out.append(Finding("exclude-unknown", "warning",
+                           f"the cluster's exclusion rule for '{rule_.node}' matches no node of {cluster.name}, "
+                           f"so it excludes nothing ({rule_.reason})", f"cluster exclude[{i}].node",
+                           f"did you mean {close[0]}?" if close else
+                           "name a node the cluster has (atomdeck nodes lists them), or remove the rule"))
+    return out
 
 
 def recipe_findings(recipe: Recipe, cluster: Cluster, catalog: Catalog | None) -> list[Finding]:

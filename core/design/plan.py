@@ -150,6 +150,16 @@ def node_verdict(node: Node, cluster: Cluster) -> str:
     return node.why_unhealthy()
 
 
+def _pick_hint(name: str, inventory: list[Node], cluster: Cluster) -> str:
+    """What to pick instead of an unknown node: only nodes that can be used, a close name first."""
+    import difflib
+
+    usable = [n.name for n in inventory if _usable(n, cluster)]
+    close = difflib.get_close_matches(name, usable, n=1, cutoff=0.75)
+    lead = f"did you mean {close[0]}? " if close else ""
+    return f"{lead}usable nodes: {', '.join(usable)}" if usable else "no node of the cluster is usable now"
+
+
 def choose_nodes(recipe: Recipe, cluster: Cluster, inventory: list[Node], requested: list[str] | None = None,
                  overrides: frozenset[str] = frozenset()) -> tuple[Selection | None, list[Finding]]:
     """Assign nodes to roles. Explicit nodes are used in order; otherwise usable nodes are picked.
@@ -176,7 +186,7 @@ def choose_nodes(recipe: Recipe, cluster: Cluster, inventory: list[Node], reques
         unknown = [n for n in names if n not in by_name]
         for n in unknown:
             findings.append(Finding("node-unknown", "error", f"node {n} is not in cluster {cluster.name}",
-                                    "--nodes", f"pick from: {', '.join(sorted(by_name)) or '(no nodes known)'}", n))
+                                    "--nodes", _pick_hint(n, inventory, cluster), n))
         for n in names:
             if n in by_name and node_verdict(by_name[n], cluster):
                 sev: Severity = "warning" if n in overrides else "error"

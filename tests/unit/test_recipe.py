@@ -101,8 +101,10 @@ def test_env_names_and_values():
 
 
 def test_yaml_syntax_error_names_the_line():
+    # issue 16: plain words first, the parser's own words kept at the end (they are what people search for)
     assert issues(BASE + "prefill: [1, 2\n") == [
-        "r.yaml:4: (top level): is not valid YAML: expected ',' or ']', but got '<stream end>'"]
+        "r.yaml:4: (top level): is not valid YAML: the `[` opened on line 3 is not closed with `]` (or an item "
+        "lacks a comma) before line 4 (parser: expected ',' or ']', but got '<stream end>')"]
 
 
 def test_duplicate_keys_are_refused():
