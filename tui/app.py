@@ -26,12 +26,14 @@ from textual.screen import Screen
 from textual.timer import Timer
 
 from ..core.config.cluster import Cluster
+from ..core.config.recipe import Recipe
 from ..core.design.draft import Design
 from ..core.design.inventory import Node
 from ..core.design.lint import Assessment
 from ..core.design.workspace import Workspace, load_workspace, offline_nodes
 from ..core.run.inventory import fetch_inventory
 from . import bindings
+from .hints import in_console
 from .live import LiveRun
 from .messages import DesignChanged, InventoryUpdated, LaunchRequested, RunUpdated
 from .run_control import RunController
@@ -208,6 +210,12 @@ class ConsoleApp(App[int]):
         ws = self.workspace
         if not nodes and self.named_nodes:
             nodes, note = offline_nodes(self.named_nodes), "offline: planned by node name; states not checked"
+        elif self.named_nodes:  # nodes added by name (n) that the inventory does not list
+            listed = {n.name for n in nodes}
+            extra = [n for n in self.named_nodes if n not in listed]
+            if extra:
+                nodes = [*nodes, *offline_nodes(extra)]
+                note = "; ".join(x for x in (note, f"added by name, not checked: {', '.join(extra)}") if x)
         changed = nodes != ws.inventory or note != ws.inventory_note
         ws.inventory, ws.inventory_note = nodes, note
         self.inventory_at = self.clock()
@@ -248,7 +256,7 @@ class ConsoleApp(App[int]):
 
     @property
     def can_add_names(self) -> bool:
-        return not self.workspace.inventory or bool(self.named_nodes)
+        return True  # with no inventory: plan by name; with one: add a node it does not list (warned)
 
     def inventory_status(self) -> str:
         ws = self.workspace
@@ -303,7 +311,20 @@ class ConsoleApp(App[int]):
         # not exclusive: a second launch must never cancel the first half-way (it is refused instead)
         self.run_worker(self.launch_handler(message.assessment), group="launch", exit_on_error=False)
 
+    # App keys that change what is underneath: refused while a dialog or the Open screen is up, so
+    # typing there ("demo-2p1d") never switches views or edits the design behind it.
+    _UNDERNEATH = frozenset({"view", "launch", "refresh_inventory", "save_recipe", "export", "change_theme",
+                             "quit", "help"})
+
+    @property
+    def overlay_open(self) -> bool:
+        from textual.screen import ModalScreen
+
+        return isinstance(self.screen, ModalScreen) or getattr(self.screen, "OVERLAY", False)
+
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in self._UNDERNEATH and self.overlay_open:
+            return False
         if action == "view":
             return bool(parameters) and parameters[0] in dict(self.views)
         if action == "launch":
@@ -329,9 +350,10 @@ class ConsoleApp(App[int]):
 
         self.push_screen(InputDialog(
             "Export launch script", "Write the whole launch as a bash script (secrets are read from the "
-            "environment when it runs, never written).", f"./atomdeck-{a.recipe.name}.sh"), done)
+            "environment when it runs, never written).", f"./atomdeck-{design_name(a.recipe)}.sh"), done)
 
     def action_save_recipe(self) -> None:
+        from ..core.config.roundtrip import recipe_yaml
         from .screens.dialogs import InputDialog
 
         recipe = self.design.recipe
@@ -340,10 +362,14 @@ class ConsoleApp(App[int]):
 
         def done(path: str | None) -> None:
             if path:
-                self.write_file(Path(path), recipe.to_yaml(), what="recipe", saved_recipe=True)
+                try:  # the file the recipe came from: its comments, order and quoting are kept
+                    original = current.read_text() if current else None
+                except OSError:
+                    original = None
+                self.write_file(Path(path), recipe_yaml(recipe, original), what="recipe", saved_recipe=True)
 
-        self.push_screen(InputDialog("Save recipe", "Write the edited recipe as YAML (keys left at their "
-                                     "defaults are omitted).", default), done)
+        self.push_screen(InputDialog("Save recipe", "Write the edited recipe as YAML (only what you changed "
+                                     "is rewritten; comments and order are kept).", default), done)
 
     def write_file(self, path: Path, text: str, *, what: str, executable: bool = False, note: str = "",
                    saved_recipe: bool = False, confirmed: bool = False) -> None:
@@ -423,13 +449,26 @@ def _bench_screen() -> Screen:
     return BenchScreen()
 
 
+def design_name(recipe: Recipe) -> str:
+    """A file name for the design as edited: a shape in the recipe's name follows the worker counts
+    (demo-1p1d edited to two prefills is demo-2p1d)."""
+    import re
+
+    if recipe.mode != "disagg":
+        return recipe.name
+    shape = f"{recipe.prefill.workers}p{recipe.decode.workers}d"
+    name, n = re.subn(r"(?<![0-9])[0-9]+p[0-9]+d(?![a-z0-9])", shape, recipe.name, flags=re.I)
+    return name if n else f"{recipe.name}-{shape}"
+
+
 def _blocked_text(a: Assessment) -> Text:
     errors = a.errors()
     out = Text(f"{len(errors)} error(s) must be fixed first:" if errors else "no plan could be made", style="bold")
     for f in errors:
         out.append(f"\n\n× {f.rule}" + (f" [{f.node}]" if f.node else ""), style="bold")
         out.append(f"  {f.message}")
-        out.append(f"\n  → change {f.key}: {f.fix}")
+        where, fix = in_console(f)
+        out.append(f"\n  → change {where}: {fix}")
     return out
 
 

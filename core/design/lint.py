@@ -58,6 +58,8 @@ def assess(recipe: Recipe, cluster: Cluster, inventory: list[Node], nodes: list[
     findings += exclusion_findings(cluster, inventory)
     findings = [f for f in findings if f.rule not in disabled]
     findings += [f for f in recipe_findings(recipe, cluster, catalog) if f.rule not in disabled]
+    if selection is not None:
+        findings += by_name_findings(selection, inventory)
     if selection is None:
         return Assessment(recipe, cluster, None, None, [], findings)
     plan = build_plan(recipe, cluster, inventory, selection, overrides)
@@ -91,6 +93,17 @@ def exclusion_findings(cluster: Cluster, inventory: list[Node]) -> list[Finding]
                            f"did you mean {close[0]}?" if close else
                            "name a node the cluster has (atomdeck nodes lists them), or remove the rule"))
     return out
+
+
+def by_name_findings(selection: Selection, inventory: list[Node]) -> list[Finding]:
+    """A node added by name next to a real inventory is not known to the cluster: say so once per node."""
+    if all(n.source == "offline" for n in inventory):
+        return []  # planning by name only: the inventory note says it already
+    by_name = {n.name for n in inventory if n.source == "offline"}
+    return [Finding("node-by-name", "warning", f"{name} was added by name: the cluster does not list it, so its "
+                    "state, GPUs and address are not checked", "--nodes",
+                    "make sure it is up and reachable, or pick a node the cluster lists", name)
+            for name in selection.all() if name in by_name]
 
 
 def recipe_findings(recipe: Recipe, cluster: Cluster, catalog: Catalog | None) -> list[Finding]:

@@ -115,9 +115,15 @@ class LayoutScreen(DesignScreen):
         self._say("ok", "auto-pick: core chooses usable nodes for the layout")
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in ("assign", "router_here", "auto") and self._in_form():
+            return False  # a letter typed in a form field is the field's, never a node move
         if action == "assign":  # roles to swap exist only in a disaggregated layout
             return self.console.design.recipe.mode == "disagg"
         return True
+
+    def _in_form(self) -> bool:
+        focused = self.focused
+        return focused is not None and any(isinstance(w, RecipeForm) for w in focused.ancestors_with_self)
 
     def action_form(self) -> None:
         self.query_one("#f-mode").focus()

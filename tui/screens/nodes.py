@@ -164,13 +164,29 @@ class NodesScreen(DesignScreen):
             f"warning until you withdraw it (o again).", yes="Override"), done)
 
     def action_add_names(self) -> None:
-        def done(text: str | None) -> None:
-            if text:
-                self.console.add_named_nodes([n.strip() for n in text.replace(" ", ",").split(",") if n.strip()])
+        app = self.console
+        listed = {n.name for n in app.workspace.inventory if n.source != "offline"}
 
-        self.app.push_screen(InputDialog(
-            "Plan by node name", "No inventory could be read. Name the nodes to plan on (comma-separated, "
-            "rank order); their states are not checked.", placeholder="mia1-p01-g01,mia1-p01-g02"), done)
+        def done(text: str | None) -> None:
+            if not text:
+                return
+            names = [n.strip() for n in text.replace(" ", ",").split(",") if n.strip()]
+            app.add_named_nodes(names)
+            new = [n for n in names if n not in listed]
+            if listed and new:
+                self._say("warning", f"added by name: {', '.join(new)}. The cluster does not list "
+                          f"{'them' if len(new) > 1 else 'it'}: state, GPUs and address are not checked; "
+                          "space picks, as for any node")
+
+        if listed:
+            title, prompt = "Add a node by name", (
+                "Add a node the cluster does not list (comma-separated for several). Its state, GPUs and "
+                "address are not checked: a launch on it may fail.")
+        else:
+            title, prompt = "Plan by node name", (
+                "No inventory could be read. Name the nodes to plan on (comma-separated, rank order); their "
+                "states are not checked.")
+        self.app.push_screen(InputDialog(title, prompt, placeholder="mia1-p01-g01,mia1-p01-g02"), done)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "add_names":

@@ -37,6 +37,7 @@ class StartScreen(Screen[bool]):
     """Dismissed with True once a design was opened, False on cancel."""
 
     BINDINGS = bindings.START
+    OVERLAY = True  # the app's keys that change the design underneath are off while it is up
 
     def __init__(self, cluster: str | None = None, recipe: str | None = None, error: str = "",
                  clusters: list[Path] | None = None, recipes: list[Path] | None = None) -> None:
@@ -57,11 +58,13 @@ class StartScreen(Screen[bool]):
             with Vertical(classes="start-col"):
                 yield Label("Cluster", classes="start-label")
                 yield OptionList(*self._options(self.clusters), id="clusters")
-                yield Input(self.cluster or "", placeholder="cluster name or path", id="cluster-input")
+                yield Input(self.cluster or "", placeholder="cluster name or path", id="cluster-input",
+                            select_on_focus=False)
             with Vertical(classes="start-col"):
                 yield Label("Recipe", classes="start-label")
                 yield OptionList(*self._options(self.recipes), id="recipes")
-                yield Input(self.recipe or "", placeholder="recipe name or path", id="recipe-input")
+                yield Input(self.recipe or "", placeholder="recipe name or path", id="recipe-input",
+                            select_on_focus=False)
         yield Static(Text(self.error), id="start-error")
         yield Footer()
 
@@ -84,6 +87,18 @@ class StartScreen(Screen[bool]):
             except OptionDoesNotExist:  # a path or an unknown name: leave the list alone
                 ol.highlighted = 0
         self.query_one("#clusters" if not self.cluster else "#recipes", OptionList).focus()
+
+    def on_key(self, event) -> None:
+        """Typing on a list types into the name box under it (the Open screen owns its keys)."""
+        focused = self.focused
+        if not isinstance(focused, OptionList) or not event.is_printable or not event.character:
+            return
+        box = self.query_one("#cluster-input" if focused.id == "clusters" else "#recipe-input", Input)
+        box.value = event.character
+        box.cursor_position = len(box.value)
+        box.focus()
+        event.stop()
+        event.prevent_default()
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
         if event.option_list.id == "clusters":

@@ -6,6 +6,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from ...core.design.findings import Finding
+from ..hints import in_console
 from ..palette import ICONS, severity_color
 
 
@@ -50,7 +51,8 @@ class FindingsView(Static):
             if f.node:
                 out.append(f" [{f.node}]", style=color)
             out.append(f"  {f.message}")
+            where, fix = in_console(f)
             out.append("\n    → change ", style="dim")
-            out.append(f.key, style="bold")
-            out.append(f": {f.fix}", style="dim")
+            out.append(where, style="bold")
+            out.append(f": {fix}", style="dim")
         return out

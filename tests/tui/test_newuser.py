@@ -1,0 +1,126 @@
+"""What a new user tripped on in the console (issue 16): dialogs own their keys, Add by name works,
+hints speak the console's language, export and save name and keep what the user had."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from atomdeck.core.config.recipe import load_recipe
+from atomdeck.tui.screens.dialogs import InputDialog
+from atomdeck.tui.screens.layout import LayoutScreen
+from atomdeck.tui.screens.nodes import NodesScreen
+from atomdeck.tui.screens.start import StartScreen
+from atomdeck.tui.widgets.findings import FindingsView
+from textual.widgets import Input, Select
+
+from .conftest import SIZE, make_app, ready
+
+
+def findings_text(app) -> str:
+    return str(app.screen.query_one(FindingsView).render())
+
+
+async def test_typing_in_the_open_screen_never_edits_the_design_underneath():
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(pilot)
+        before = (app.design, app.current_mode)
+        await pilot.press("ctrl+o")
+        assert isinstance(app.screen, StartScreen)
+        assert app.screen.focused.id == "recipes"  # the recipe list has the focus
+        await pilot.press(*"demo-2p1d")
+        assert isinstance(app.screen, StartScreen)
+        assert app.screen.query_one("#recipe-input", Input).value == "demo-2p1d"  # typed where it shows
+        await pilot.press("q", "L", "1")  # not a quit, a launch or a view switch either
+        assert isinstance(app.screen, StartScreen)
+        assert app.screen.query_one("#recipe-input", Input).value == "demo-2p1dqL1"
+        await pilot.press("escape")
+        assert (app.design, app.current_mode) == before
+
+
+async def test_layout_letters_in_a_form_field_are_the_fields():
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(pilot)
+        await pilot.press("2")
+        assert isinstance(app.screen, LayoutScreen)
+        before = app.design
+        app.screen.query_one("#f-mode", Select).focus()  # a field that does not take letters itself
+        await pilot.pause()
+        await pilot.press("p", "d", "r", "a")
+        assert app.design == before
+        await pilot.press("escape")  # leave the form: the letters move nodes again
+        await pilot.press("d")
+        assert app.design != before
+
+
+async def test_add_by_name_adds_a_node_the_cluster_does_not_list_with_a_warning():
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(pilot)
+        assert isinstance(app.screen, NodesScreen)
+        assert "add_names" in {k.action for k in app.screen.query("FooterKey")}
+        await pilot.press("n")
+        assert isinstance(app.screen, InputDialog)
+        await pilot.press(*"demo-n99", "enter")
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        names = [n.name for n in app.workspace.inventory]
+        assert names[-1] == "demo-n99" and "demo-n01" in names
+        status = str(app.screen.query_one("#nodes-status").render())
+        assert "added by name: demo-n99" in status and "not checked" in status
+        app.set_design(app.design.toggle("demo-n99").toggle("demo-n01"))
+        await pilot.pause()
+        assert any(f.rule == "node-by-name" and f.node == "demo-n99" for f in app.assessment.findings)
+
+
+async def test_hints_in_the_console_name_views_and_keys_not_cli_flags():
+    app = make_app(nodes=["demo-n05", "demo-n01"])  # demo-n05 is drained
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(pilot)
+        text = findings_text(app)
+        assert "node-unhealthy" in text
+        assert "--nodes" not in text and "the Nodes view (1)" in text and "override it (o)" in text
+
+
+async def test_unknown_node_hint_lists_only_usable_nodes_in_the_console():
+    app = make_app(nodes=["demo-n77", "demo-n01"])
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(pilot)
+        text = findings_text(app)
+        hint = text.split("node-unknown")[1]
+        assert "demo-n05" not in hint and "demo-n06" not in hint  # drained and excluded
+        assert "demo-n02" in hint and "--nodes" not in hint
+
+
+async def test_export_default_name_follows_the_edited_design():
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(pilot)
+        await pilot.press("2")
+        box = app.screen.query_one("#f-prefill-workers")
+        box.focus()
+        await pilot.press("end", "backspace", "2", "escape")
+        assert app.design.recipe.prefill.workers == 2
+        await pilot.press("3", "e")
+        assert app.screen.query_one("#answer").value == "./atomdeck-demo-2p1d.sh"
+
+
+async def test_save_recipe_keeps_comments_order_and_quoting(tmp_path):
+    mine = tmp_path / "mine.yaml"
+    original = ("# my notes: keep them\nname: mine\nmodel:\n  path: 'atomdeck/demo-tiny-8b'  # quoted\n"
+                "prefill: {workers: 1, tp: 8}\ndecode:\n  tp: 8   # one decode\n")
+    mine.write_text(original)
+    app = make_app(recipe=str(mine))
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(pilot)
+        await pilot.press("2")
+        box = app.screen.query_one("#f-prefill-workers")
+        box.focus()
+        await pilot.press("end", "backspace", "2", "escape")
+        await pilot.press("3", "w")
+        assert app.screen.query_one("#answer").value == str(mine)
+        await pilot.press("enter", "y")
+        text = Path(mine).read_text()
+        assert text == original.replace("{workers: 1, tp: 8}", "{workers: 2, tp: 8}")
+        assert load_recipe(mine) == app.design.recipe
