@@ -331,6 +331,28 @@ class ConsoleApp(App[int]):
             return not self.readonly and self.design_screen is not None
         return True
 
+    def start_drill(self, drill: Any) -> None:
+        """Put one simulator fault on the process it is about, say what to look for, then launch (asks)."""
+        from dataclasses import replace
+
+        from ..core.config.errors import AtomdeckError
+        from ..core.design.drills import aim, drilled, refuse_without_simulator
+
+        a = self.assessment
+        try:
+            refuse_without_simulator(self.workspace.cluster)
+            if a.plan is None:
+                raise AtomdeckError("no plan yet: the findings say what to change first")
+            target = aim(drill, a.plan)
+            recipe = drilled(self.design.recipe, target)
+        except AtomdeckError as e:
+            self.notify(str(e), title=f"Drill {drill.name}", severity="error")
+            return
+        self.set_design(replace(self.design, recipe=recipe))
+        self.notify(f"{target.process} on {target.node} {drill.what}. Look for: " + "; ".join(drill.look_for),
+                    title=f"Drill {drill.name} (set in {target.key})", timeout=20)
+        self.action_launch()
+
     # -- files: export the launch, save the recipe -------------------------------------------
     def action_export(self) -> None:
         from .screens.dialogs import InputDialog
@@ -427,6 +449,12 @@ class ConsoleApp(App[int]):
         yield SystemCommand("Save recipe…", "write the edited recipe as YAML", self.action_save_recipe)
         if not self.readonly and isinstance(screen, DesignScreen):
             yield SystemCommand("Launch", "launch this deployment (asks first)", self.action_launch)
+            if self.workspace.cluster.simulator.enabled:  # drills are the simulator's faults
+                from ..core.config.drills import load_drills
+
+                for d in load_drills():
+                    yield SystemCommand(f"Drill: {d.name}", f"{d.what} (launches with this fault; asks first)",
+                                        partial(self.start_drill, d))
         if not self.readonly and self.live is not None:
             yield SystemCommand("Tear down the run…", f"stop every process of run {self.live.id} (asks first)",
                                 self.runs.request_teardown)

@@ -6,11 +6,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any
 
 from ..config.errors import AtomdeckError, ConfigError
+from .output import fail as _fail
 
 # Shown by `atomdeck --help` and copied in README.md ("Exit codes"): one table for every verb.
 EXIT_CODES = """\
@@ -30,11 +30,6 @@ def _csv(text: str | None) -> list[str] | None:
     return [n for n in text.split(",") if n.strip()] if text else None
 
 
-def _print_json(data: Any) -> None:
-    json.dump(data, sys.stdout, indent=2, default=str)
-    sys.stdout.write("\n")
-
-
 class UsageError(AtomdeckError):
     """A command line argparse refused (exit 2), raised instead of printing so --json can answer in JSON."""
 
@@ -46,22 +41,6 @@ class UsageError(AtomdeckError):
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # type: ignore[override]
         raise UsageError(self, message)
-
-
-def error_json(kind: str, message: str, findings: list | None = None) -> dict:
-    """The one shape of an error under --json."""
-    return {"error": {"kind": kind, "message": message, "findings": findings or []}}
-
-
-def _fail(as_json: bool, code: int, kind: str, message: str, findings: list | None = None,
-          text: list[str] | None = None) -> int:
-    """Report an error: JSON on stdout under --json, else text on stderr. Returns the exit code."""
-    if as_json:
-        _print_json(error_json(kind, message, findings))
-    else:
-        for line in text or [f"atomdeck: error: {message}"]:
-            print(line, file=sys.stderr)
-    return code
 
 
 def _add_plan_args(p: argparse.ArgumentParser) -> None:
@@ -114,6 +93,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("runs", help="list runs")
     p.add_argument("--json", action="store_true")
 
+    from .drill_verbs import add_parser as add_drill
+
+    add_drill(sub)
+
     p = sub.add_parser("tui", help="open the console")
     p.add_argument("--cluster", "-c", default=None)
     p.add_argument("--recipe", "-r", default=None)
@@ -145,6 +128,8 @@ def main(argv: list[str] | None = None) -> int:
             from . import design_verbs as verbs
         elif args.cmd in ("bench", "compare"):
             from . import measure_verbs as verbs  # type: ignore[no-redef]
+        elif args.cmd == "drill":
+            from . import drill_verbs as verbs  # type: ignore[no-redef]
         else:
             from . import run_verbs as verbs  # type: ignore[no-redef]
         return getattr(verbs, f"cmd_{args.cmd}")(args)

@@ -28,7 +28,7 @@ def _progress(t0: float):
 
 def cmd_up(args: argparse.Namespace) -> int:
     from .design_verbs import _findings_text, prepare
-    from .main import _fail
+    from .output import fail as _fail
 
     ws, a = prepare(args)
     if not a.ok:

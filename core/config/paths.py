@@ -24,6 +24,11 @@ def sim_shim_dir() -> Path:
     return _PKG / "sim" / "shim"
 
 
+def sim_drills_path() -> Path:
+    """The simulator's list of faults (package data of sim/, read as a file)."""
+    return _PKG / "sim" / "drills.yaml"
+
+
 def config_dir() -> Path:
     base = os.environ.get("XDG_CONFIG_HOME") or os.path.expanduser("~/.config")
     return Path(base) / "atomdeck"

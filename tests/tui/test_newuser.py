@@ -124,3 +124,32 @@ async def test_save_recipe_keeps_comments_order_and_quoting(tmp_path):
         text = Path(mine).read_text()
         assert text == original.replace("{workers: 1, tp: 8}", "{workers: 2, tp: 8}")
         assert load_recipe(mine) == app.design.recipe
+
+
+async def test_the_palette_offers_every_drill_and_arms_it_on_the_right_process():
+    from atomdeck.core.config.drills import load_drills
+    from atomdeck.tui.screens.dialogs import ConfirmDialog
+
+    app = make_app(recipe="demo-2p1d")
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(pilot)
+        commands = {c.title: c for c in app.get_system_commands(app.screen)}
+        names = [d.name for d in load_drills()]
+        assert all(f"Drill: {n}" in commands for n in names)
+        commands["Drill: never-bind"].callback()
+        await pilot.pause()
+        assert app.current_mode == "preview"  # the launch shows every command first, fault env included
+        await pilot.press("L")
+        assert isinstance(app.screen, ConfirmDialog)  # and asks
+        env = app.design.recipe.decode.env
+        assert env["ATOMSIM_NEVER_BIND"] == "1" and env["ATOMSIM_ONLY"] == "127.0.0.13:8020"
+        assert not app.design.recipe.prefill.env and not app.design.recipe.router.env
+        assert any("Look for:" in n.message for n in app._notifications)
+        await pilot.press("n")  # nothing launched
+
+
+async def test_no_drills_on_a_cluster_without_the_simulator():
+    app = make_app(recipe="dsv4-fp4-mi355x-1p1d-tp8", cluster="mia1", offline=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(pilot)
+        assert not [c for c in app.get_system_commands(app.screen) if c.title.startswith("Drill:")]
