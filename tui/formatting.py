@@ -25,6 +25,11 @@ def port_ranges(ports: list[int] | tuple[int, ...]) -> str:
 def argv_lines(argv: list[str]) -> list[str]:
     """Shell-quoted tokens grouped for reading: program words, then each flag with its value,
     each `K=V` on its own line. Joined with ' \\\\\\n' the lines are one exact shell command."""
+    return [" ".join(group) for group in argv_groups(argv)]
+
+
+def argv_groups(argv: list[str]) -> list[list[str]]:
+    """The shell-quoted tokens of each line argv_lines makes."""
     lines: list[list[str]] = []
     kinds: list[str] = []
     i = 0
@@ -47,7 +52,7 @@ def argv_lines(argv: list[str]) -> list[str]:
             lines.append([t])
             kinds.append(kind)
         i += 1
-    return [" ".join(shlex.quote(t) for t in line) for line in lines]
+    return [[shlex.quote(t) for t in line] for line in lines]
 
 
 def _is_flag(token: str) -> bool:

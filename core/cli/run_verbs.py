@@ -244,11 +244,19 @@ def cmd_runs(args: argparse.Namespace) -> int:
     if not runs:
         print("no runs yet; start one with `atomdeck up RECIPE`")
         return 0
-    print(f"{'RUN':42} {'STATUS':9} {'CLUSTER':8} {'STARTED':19} DIAGNOSIS")
+    return runs_text(runs)
+
+
+def runs_text(runs: list[dict]) -> int:
+    """The table, its columns as wide as their longest value (long run ids and cluster names)."""
+    w_id = max([3, *(len(str(m["id"])) for m in runs)])
+    w_status = max([6, *(len(str(m.get("status", "?"))) for m in runs)])
+    w_cluster = max([7, *(len(str(m.get("cluster", "?"))) for m in runs)])
+    print(f"{'RUN':{w_id}} {'STATUS':{w_status}} {'CLUSTER':{w_cluster}} {'STARTED':19} DIAGNOSIS")
     for m in runs:
         started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(m.get("created", 0)))
-        print(f"{m['id']:42} {m.get('status', '?'):9} {m.get('cluster', '?'):8} {started:19} "
-              f"{(m.get('diagnosis') or '')[:60]}")
+        print(f"{m['id']:{w_id}} {m.get('status', '?'):{w_status}} {m.get('cluster', '?'):{w_cluster}} "
+              f"{started:19} {(m.get('diagnosis') or '')[:60]}")
     return 0
 
 

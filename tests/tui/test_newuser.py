@@ -153,3 +153,70 @@ async def test_no_drills_on_a_cluster_without_the_simulator():
     async with app.run_test(size=SIZE) as pilot:
         await ready(pilot)
         assert not [c for c in app.get_system_commands(app.screen) if c.title.startswith("Drill:")]
+
+
+async def test_every_run_panel_is_reachable_by_a_key_at_100x30():
+    from .fakerun import fake_run
+
+    app = make_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await app.workers.wait_for_complete()
+        app.attach(fake_run("hung", "demo-2p1d"), watch=False)
+        app.switch_mode("run")
+        await pilot.pause()
+        footer = {k.action: k for k in app.screen.query("FooterKey")}
+        assert "panel('router-box')" in footer  # the footer says which keys
+        screen_box = app.screen.region
+        for key, box in (("r", "router-box"), ("k", "pairs-box"), ("n", "nodes-box"), ("w", "why-box"),
+                         ("p", "procs-box")):
+            await pilot.press(key)
+            await pilot.pause()
+            region = app.screen.query_one(f"#{box}").region
+            assert region.height and screen_box.contains_region(region.intersection(screen_box)) \
+                and region.y < screen_box.bottom - 3, (box, region)
+        await pilot.press("w")
+        assert app.screen.focused is app.screen.query_one("#why-box")  # PageDown now scrolls the Why panel
+
+
+def test_commands_break_between_arguments_with_a_trailing_backslash():
+    import shlex
+
+    from atomdeck.tui.widgets.command_view import command_text
+
+    argv = ["env", "ATOM_HOST_IP=127.0.0.11", "MC_TCP_BIND_ADDRESS=127.0.0.11", "python3", "-m",
+            "atom.entrypoints.openai_server", "--model", "atomdeck/demo-tiny-8b", "--host", "0.0.0.0",
+            "--kv-transfer-config", '{"kv_role":"kv_producer","proxy_ip":"127.0.0.11","handshake_port":6301}',
+            "--server-port", "8010", "-tp", "8"]
+    text = command_text(argv, width=40)
+    lines = text.splitlines()
+    assert all(line.endswith(" \\") for line in lines[:-1])
+    assert shlex.split(text.replace("\\\n", " ")) == argv  # a copied block is still the exact command
+    for line in lines:  # no argument is split across lines
+        body = line.removesuffix(" \\").strip()
+        assert len(line) <= 40 or len(shlex.split(body)) == 1 or body.startswith("--kv-transfer-config")
+    assert "127.0.0.11" in next(x for x in lines if "proxy_ip" in x)
+
+
+async def test_the_preview_never_soft_wraps_a_command_at_100_columns():
+    import shlex
+
+    from atomdeck.tui.widgets.command_view import CommandView
+    from rich.console import Group
+    from rich.text import Text
+
+    app = make_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await ready(pilot)
+        await pilot.press("3")
+        await pilot.pause()
+        view = app.screen.query_one(CommandView)
+        width = view.scrollable_content_region.width
+        group = view._render_process(view.process)
+        assert isinstance(group, Group)
+        commands = [r for r in group.renderables if isinstance(r, Text) and r.plain.rstrip().endswith(
+            tuple(shlex.quote(t) for t in view.process.argv[-1:]))]
+        assert commands and all(t.no_wrap for t in commands)  # the terminal never breaks an argument
+        for t in commands:
+            for line in t.plain.splitlines():
+                body = line.removesuffix(" \\").strip()
+                assert len(line) <= width or len(shlex.split(body)) <= 2, line

@@ -97,3 +97,16 @@ def test_tui_run_wins_over_cluster(tmp_path):
     assert console_options("lab", None, run.id)[2] is False
     # without --run, a cluster alone still asks which recipe
     assert console_options("lab", None, None) == ("demo-1p1d", "lab", True)
+
+
+def test_runs_columns_line_up_for_long_run_ids():
+    from tests.tui.fakerun import fake_run
+
+    fake_run("serving", run_id="20250101-115845-demo-1p1d-with-a-rather-long-name-x1")
+    fake_run("hung", run_id="20250101-115846-short")
+    lines = atomdeck("runs", check=True).stdout.splitlines()
+    col = lines[0].index("STATUS")
+    assert len(lines) == 3
+    for line in lines[1:]:
+        assert line[col - 1] == " " and line[col:].split()[0] in ("serving", "failed", "starting", "stopped")
+    assert lines[0].index("CLUSTER") == lines[1].index("local") == lines[2].index("local")

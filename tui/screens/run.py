@@ -9,6 +9,7 @@ import time
 from typing import TYPE_CHECKING, cast
 
 from textual.app import ComposeResult
+from textual.binding import Binding
 from textual.containers import Container, Vertical, VerticalScroll
 from textual.markup import escape
 from textual.screen import ModalScreen, Screen
@@ -40,9 +41,24 @@ def run_context(app: ConsoleApp) -> str:
             f"[b]{escape(run.cluster.name)}[/b] · {escape(run.cluster.launcher)}")
 
 
+# Below 140 columns the right-hand panels sit under the tables, below the fold at 100x30: a key
+# brings each into view (the footer shows them as one entry).
+PANEL_KEYS = (("r", "router-box", "Router"), ("k", "pairs-box", "KV handshake"), ("n", "nodes-box", "Nodes"),
+              ("w", "why-box", "Why"), ("p", "procs-box", "Processes"))
+
+
+def _panel_bindings() -> list[Binding]:
+    out = []
+    for i, (key, box, title) in enumerate(PANEL_KEYS):
+        first = i == 0
+        out.append(Binding(key, f"panel('{box}')", "Router·KV·Nodes·Why" if first else f"{title} panel",
+                           show=first, key_display="r k n w" if first else None, id=f"run.panel.{box}"))
+    return out
+
+
 class RunScreen(Screen):
     VIEW = "run"
-    BINDINGS = bindings.RUN
+    BINDINGS = [*bindings.RUN, *_panel_bindings()]
 
     def __init__(self) -> None:
         super().__init__()
@@ -214,9 +230,19 @@ class RunScreen(Screen):
     def action_teardown(self) -> None:
         self.console.runs.request_teardown()
 
+    def action_panel(self, box_id: str) -> None:
+        """Bring a panel into view (top of the scrolled area); a scrolling panel also takes the focus so
+        PageDown scrolls it, the process table for Processes."""
+        box = self.query_one(f"#{box_id}")
+        self.query_one("#run-main").scroll_to_widget(box, top=True, animate=False)
+        if box_id == "procs-box":
+            self.query_one(ProcessTable).focus()
+        elif box.focusable:
+            box.focus()
+
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "teardown":
             return not self.console.readonly and self.console.live is not None
-        if action == "open_log":
+        if action in ("open_log", "panel"):
             return self.console.live is not None
         return True

@@ -12,15 +12,30 @@ from textual.containers import VerticalScroll
 from textual.widgets import Static
 
 from ...core.design.commands import ProcessSpec, shell_line
-from ..formatting import argv_lines, kv_transfer_config, port_ranges
+from ..formatting import argv_groups, argv_lines, kv_transfer_config, port_ranges
 from ..palette import role_color
 
 CONTINUE = " \\\n    "
 
 
-def command_text(argv: list[str]) -> str:
-    """A multi-line shell command (backslash continuations) that runs exactly `argv`."""
-    return CONTINUE.join(argv_lines(argv))
+def command_text(argv: list[str], width: int | None = None) -> str:
+    """A multi-line shell command (backslash continuations) that runs exactly `argv`. With a width,
+    a line that would not fit is broken between arguments (never inside one), with a trailing backslash,
+    so a block copied with the mouse is still one valid command."""
+    if not width:
+        return CONTINUE.join(argv_lines(argv))
+    room = max(20, width - len(CONTINUE.lstrip(" \\\n")) - 2)  # the indent and the trailing " \\"
+    lines: list[str] = []
+    for group in argv_groups(argv):
+        line = ""
+        for token in group:
+            if line and len(line) + 1 + len(token) > room:
+                lines.append(line)
+                line = token
+            else:
+                line = f"{line} {token}" if line else token
+        lines.append(line)
+    return CONTINUE.join(lines)
 
 
 class CommandView(VerticalScroll):
@@ -54,7 +69,8 @@ class CommandView(VerticalScroll):
         head.append(f"  {p.role} on {where} · ports {port_ranges(p.ports)} · log {p.log}")
         if p.container:
             head.append(f"\ncontainer {p.container}", style="dim")
-        parts: list[RenderableType] = [head, _heading("Engine command"), Text(command_text(p.argv))]
+        width = self.scrollable_content_region.width or None
+        parts: list[RenderableType] = [head, _heading("Engine command"), _command(p.argv, width)]
         kv = kv_transfer_config(p.argv)
         if kv is not None:
             parts += [_heading("kv-transfer-config (Mooncake)"), JSON(json.dumps(kv), indent=2)]
@@ -62,8 +78,18 @@ class CommandView(VerticalScroll):
         if p.runtime_env:
             parts += [_heading("Added by atomdeck's runtime (simulator, not production)"), _env_text(p.runtime_env)]
         parts += [_heading("Launch command (launcher and container/env wrappers)"),
-                  Text(command_text(p.launch_argv))]
+                  _command(p.launch_argv, width)]
         return Group(*parts)
+
+    def on_resize(self) -> None:
+        if self.process is not None:  # commands break between arguments at the width shown
+            self.query_one("#command-body", Static).update(self._render_process(self.process))
+
+
+def _command(argv: list[str], width: int | None) -> Text:
+    # never soft-wrapped: a line break inside an argument (an IP, a JSON) would break a copied command;
+    # an argument wider than the view runs past the edge instead (the view scrolls sideways)
+    return Text(command_text(argv, width), no_wrap=True, overflow="ignore")
 
 
 def _heading(title: str) -> Text:
