@@ -220,3 +220,45 @@ async def test_the_preview_never_soft_wraps_a_command_at_100_columns():
             for line in t.plain.splitlines():
                 body = line.removesuffix(" \\").strip()
                 assert len(line) <= width or len(shlex.split(body)) <= 2, line
+
+
+async def test_toasts_cover_neither_the_status_line_nor_the_open_inputs():
+    from textual.widgets._toast import Toast
+
+    app = make_app()
+    async with app.run_test(size=(100, 30), notifications=True) as pilot:
+        await ready(pilot)
+        app.screen._say("warning", "a status line the user is reading")
+        app.notify("a toast\nof three\nlines", timeout=30)
+        await pilot.pause(0.3)
+        toasts = [t.region for t in app.screen.query(Toast)]
+        status = app.screen.query_one("#nodes-status").region
+        assert toasts and status.height and not any(t.overlaps(status) for t in toasts)
+        await pilot.press("ctrl+o")
+        app.notify("another toast", timeout=30)
+        await pilot.pause(0.3)
+        toasts = [t.region for t in app.screen.query(Toast)]
+        for box in ("#recipe-input", "#cluster-input"):
+            region = app.screen.query_one(box).region
+            assert toasts and not any(t.overlaps(region) for t in toasts), box
+
+
+async def test_an_excluded_nodes_long_reason_is_shown_whole_and_wrapped(tmp_path):
+    from atomdeck.core.config.paths import find_cluster
+
+    reason = ("persistently drained since the 3rd: GPU 5 reports uncorrectable ECC errors on every job, "
+              "the vendor ticket is open, do not use until the board is swapped and a burn-in passed; ask the "
+              "on-call before overriding this rule, it has cost two benchmark nights already")
+    text = find_cluster("local").read_text().replace(
+        '"persistently drained, not responding (demo of an exclusion rule)"', repr(reason).replace("'", '"'))
+    cluster = tmp_path / "long.yaml"
+    cluster.write_text(text)
+    app = make_app(cluster=str(cluster))
+    async with app.run_test(size=(160, 50)) as pilot:
+        await ready(pilot)
+        table = app.screen.table
+        table.move_cursor(row=table.shown.index("demo-n06"))
+        await pilot.pause()
+        status = app.screen.query_one("#nodes-status")
+        assert reason in " ".join(str(status.render()).split())  # the whole reason, in words
+        assert status.region.height >= 2 and status.region.width <= 160  # wrapped, not cut
