@@ -161,7 +161,7 @@ async def test_every_run_panel_is_reachable_by_a_key_at_100x30():
     app = make_app()
     async with app.run_test(size=(100, 30)) as pilot:
         await app.workers.wait_for_complete()
-        app.attach(fake_run("hung", "demo-2p1d"), watch=False)
+        app.runs.attach(fake_run("hung", "demo-2p1d"), watch=False)
         app.switch_mode("run")
         await pilot.pause()
         footer = {k.action: k for k in app.screen.query("FooterKey")}

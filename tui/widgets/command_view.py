@@ -53,6 +53,7 @@ class CommandView(VerticalScroll):
         self.process = process.redacted() if process is not None else None
         body = self.query_one("#command-body", Static)
         body.update(self._render_process(self.process) if self.process else Text(empty, style="dim"))
+        self._fit()
         if (self.process.name if self.process else None) != before:
             self.scroll_home(animate=False)
 
@@ -84,6 +85,16 @@ class CommandView(VerticalScroll):
     def on_resize(self) -> None:
         if self.process is not None:  # commands break between arguments at the width shown
             self.query_one("#command-body", Static).update(self._render_process(self.process))
+            self._fit()
+
+    def _fit(self) -> None:
+        """As wide as the widest command line (an argument wider than the view scrolls sideways)."""
+        view = self.scrollable_content_region.width
+        widest = 0
+        if self.process is not None and view:
+            for argv in (self.process.argv, self.process.launch_argv):
+                widest = max([widest, *(len(x) for x in command_text(argv, view).splitlines())])
+        self.query_one("#command-body", Static).styles.width = max(widest, view) if widest > view else "auto"
 
 
 def _command(argv: list[str], width: int | None) -> Text:
