@@ -332,26 +332,9 @@ class ConsoleApp(App[int]):
         return True
 
     def start_drill(self, drill: Any) -> None:
-        """Put one simulator fault on the process it is about, say what to look for, then launch (asks)."""
-        from dataclasses import replace
+        from .drills import start_drill
 
-        from ..core.config.errors import AtomdeckError
-        from ..core.design.drills import aim, drilled, refuse_without_simulator
-
-        a = self.assessment
-        try:
-            refuse_without_simulator(self.workspace.cluster)
-            if a.plan is None:
-                raise AtomdeckError("no plan yet: the findings say what to change first")
-            target = aim(drill, a.plan)
-            recipe = drilled(self.design.recipe, target)
-        except AtomdeckError as e:
-            self.notify(str(e), title=f"Drill {drill.name}", severity="error")
-            return
-        self.set_design(replace(self.design, recipe=recipe))
-        self.notify(f"{target.process} on {target.node} {drill.what}. Look for: " + "; ".join(drill.look_for),
-                    title=f"Drill {drill.name} (set in {target.key})", timeout=20)
-        self.action_launch()
+        start_drill(self, drill)
 
     # -- files: export the launch, save the recipe -------------------------------------------
     def action_export(self) -> None:

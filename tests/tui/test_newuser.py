@@ -157,23 +157,26 @@ async def test_no_drills_on_a_cluster_without_the_simulator():
 
 async def test_every_run_panel_is_reachable_by_a_key_at_100x30():
     from .fakerun import fake_run
+    from .runhelpers import until
 
     app = make_app()
     async with app.run_test(size=(100, 30)) as pilot:
         await app.workers.wait_for_complete()
         app.runs.attach(fake_run("hung", "demo-2p1d"), watch=False)
         app.switch_mode("run")
-        await pilot.pause()
+        await until(pilot, lambda: app.screen.query("FooterKey") and app.screen.query_one("#router-box").region)
         footer = {k.action: k for k in app.screen.query("FooterKey")}
         assert "panel('router-box')" in footer  # the footer says which keys
         screen_box = app.screen.region
         for key, box in (("r", "router-box"), ("k", "pairs-box"), ("n", "nodes-box"), ("w", "why-box"),
                          ("p", "procs-box")):
             await pilot.press(key)
-            await pilot.pause()
-            region = app.screen.query_one(f"#{box}").region
-            assert region.height and screen_box.contains_region(region.intersection(screen_box)) \
-                and region.y < screen_box.bottom - 3, (box, region)
+
+            def in_view(box=box) -> bool:
+                region = app.screen.query_one(f"#{box}").region
+                return bool(region.height) and region.y < screen_box.bottom - 3
+
+            await until(pilot, in_view, timeout=10, what=f"{box} in view after {key}")
         await pilot.press("w")
         assert app.screen.focused is app.screen.query_one("#why-box")  # PageDown now scrolls the Why panel
 
