@@ -7,7 +7,6 @@ import argparse
 import asyncio
 import json
 import sys
-from types import SimpleNamespace
 
 from ..config.drills import Drill, find_drill, load_drills
 from ..design.drills import aim, drilled, refuse_without_simulator
@@ -56,7 +55,7 @@ def _launch(drill: Drill, args: argparse.Namespace) -> int:
     from .output import fail as _fail
 
     refuse_without_simulator(load_cluster(find_cluster(args.cluster or "local")))  # before asking Slurm anything
-    plan_args = SimpleNamespace(recipe=args.recipe, cluster=args.cluster, nodes=None, override=None, offline=False)
+    plan_args = argparse.Namespace(recipe=args.recipe, cluster=args.cluster, nodes=None, override=None, offline=False)
     ws, a = prepare(plan_args)
     if a.plan is None:
         return _fail(args.json, 1, "lint", "nothing launched: no plan could be made",

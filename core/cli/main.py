@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import Any, NoReturn
 
 from ..config.errors import AtomdeckError, ConfigError
 from .output import fail as _fail
@@ -39,7 +39,7 @@ class UsageError(AtomdeckError):
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         raise UsageError(self, message)
 
 

@@ -253,12 +253,12 @@ class Run(RunWatching):
         """A process's whole log (or its last lines), read from where it lives, redacted."""
         return [line for _, line in await self.log_records(name, last)]
 
-    async def log_records(self, name: str, last: int | None = None) -> list[tuple[int, str]]:
+    async def log_records(self, name: str, last: int | None = None) -> builtins.list[tuple[int, str]]:
         """As log_lines, each line with the byte offset just after it (where to resume)."""
         h = self.handles.get(name)
         if h is None:
             raise AtomdeckError(f"run {self.id} has no process {name}; it has: {', '.join(self.processes)}")
-        lines: list[tuple[int, str]] = []
+        lines: builtins.list[tuple[int, str]] = []
         q: asyncio.Queue = asyncio.Queue()
 
         async def pump() -> None:
