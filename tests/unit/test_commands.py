@@ -114,8 +114,10 @@ def _contract(recipe_path: Path) -> str:
     r = load_recipe(recipe_path)
     is_demo = r.name.startswith("demo")
     cluster = load_cluster(find_cluster("local" if is_demo else "mia1"))
+    # mia1 as Slurm lists it: four idle nodes, and g37 drained (the cluster file excludes it too)
     inv = cluster.static_inventory() if is_demo else \
-        [Node(f"mia1-p01-g{i:02d}", f"10.1.0.{i}", ("IDLE",), 8) for i in range(1, 5)]
+        [Node(f"mia1-p01-g{i:02d}", f"10.1.0.{i}", ("IDLE",), 8) for i in range(1, 5)] + \
+        [Node("mia1-p01-g37", "10.1.0.37", ("IDLE", "DRAIN"), 8)]
     a = assess(r, cluster, inv, None, frozenset(), load_catalog(catalog_path()),
                LaunchContext(job_id="JOB", user="ops", sim=SIM if is_demo else None))
     out = [f"# {r.name} on {cluster.name}: {a.plan.shape}"]
