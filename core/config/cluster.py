@@ -18,23 +18,61 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+def parse_ssh_address(spec: str) -> tuple[str | None, str, int | None]:
+    """`[user@]host[:port]`, `[user@][v6addr]:port` or `ssh://[user@]host[:port]` -> (user, host, port).
+
+    Raises ValueError saying what to write: a bad port is caught when the cluster file loads, not at
+    connect time."""
+    text = spec.strip()
+    if text.startswith("ssh://"):
+        text = text[len("ssh://"):].rstrip("/")
+    elif "://" in text:
+        raise ValueError(f"{spec!r} is not an SSH address; write [user@]host[:port] or ssh://[user@]host[:port]")
+    user, _, hostport = text.rpartition("@")
+    port_text: str | None = None
+    if hostport.startswith("["):
+        host, close, rest = hostport[1:].partition("]")
+        if not close or (rest and not rest.startswith(":")):
+            raise ValueError(f"cannot read {spec!r}; write an IPv6 address as [addr]:port")
+        port_text = rest[1:] if rest else None
+    elif hostport.count(":") == 1:
+        host, port_text = hostport.split(":")
+    else:
+        host = hostport
+    if not host or any(c.isspace() or c in "/@" for c in host) or "@" in user:
+        raise ValueError(f"cannot read the SSH host in {spec!r}; write [user@]host[:port]")
+    port: int | None = None
+    if port_text is not None:
+        if not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
+            raise ValueError(f"the port in {spec!r} must be a number from 1 to 65535, got {port_text!r}")
+        port = int(port_text)
+    return user or None, host, port
+
+
 class LoginHost(_Strict):
     """The host that runs Slurm commands and fronts the nodes (ProxyJump); none = run them here."""
 
     host: Annotated[str, Field(min_length=1)]
     user: str | None = None
-    port: int = Field(22, ge=1, le=65535)
-    jump: str | None = Field(None, description="a further jump host, user@host[:port]")
+    port: int | None = Field(None, ge=1, le=65535, description="unset: the ssh config's Port, else 22")
+    jump: str | None = Field(None, description="a further jump host, [user@]host[:port] or ssh://user@host:port")
     ssh_config: str | None = Field(None, description="OpenSSH config file; default ~/.ssh/config")
     known_hosts: str | None = Field(None, description="known_hosts file; default ~/.ssh/known_hosts")
     identity: str | None = None
+
+    @field_validator("jump")
+    @classmethod
+    def _jump(cls, v: str | None) -> str | None:
+        if v is not None:
+            parse_ssh_address(v)
+        return v
 
 
 class SshSpec(_Strict):
     """How atomdeck reaches nodes over SSH (launcher ssh, and probes through the login host)."""
 
     user: str | None = None
-    port: int = Field(22, ge=1, le=65535)
+    port: int | None = Field(None, ge=1, le=65535, description="unset: the ssh config's Port, else 22")
     via_login: bool = Field(True, description="jump through the login host to reach nodes")
     ssh_config: str | None = None
     known_hosts: str | None = None

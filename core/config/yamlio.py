@@ -22,6 +22,10 @@ class _Loader(yaml.SafeLoader):
 def _construct_mapping(loader: _Loader, node: yaml.MappingNode, deep: bool = False) -> dict:
     seen: dict[Any, int] = {}
     for key_node, _ in node.value:
+        if not isinstance(key_node, yaml.ScalarNode):  # `? [a, b]`: a Python dict cannot hold it
+            kind = "list" if isinstance(key_node, yaml.SequenceNode) else "mapping"
+            raise yaml.constructor.ConstructorError(
+                None, None, f"a key must be a name, not a {kind}; write it as `name: value`", key_node.start_mark)
         key = loader.construct_object(key_node, deep=deep)
         if key in seen:
             raise yaml.constructor.ConstructorError(

@@ -160,9 +160,88 @@ def _pick_hint(name: str, inventory: list[Node], cluster: Cluster) -> str:
     return f"{lead}usable nodes: {', '.join(usable)}" if usable else "no node of the cluster is usable now"
 
 
+def _check_names(names: list[str], key: str, by_name: dict[str, Node], cluster: Cluster,
+                 overrides: frozenset[str], findings: list[Finding]) -> list[str]:
+    """Findings for duplicate, unknown and unusable names (pointing at `key`); returns the unknown ones."""
+    for n in sorted({n for n in names if names.count(n) > 1}):
+        findings.append(Finding("node-duplicate", "error", f"node {n} is chosen more than once",
+                                key, "list each node once", n))
+    unknown = [n for n in dict.fromkeys(names) if n not in by_name]
+    for n in unknown:
+        findings.append(Finding("node-unknown", "error", f"node {n} is not in cluster {cluster.name}",
+                                key, _pick_hint(n, list(by_name.values()), cluster), n))
+    for n in dict.fromkeys(names):
+        if n in by_name and node_verdict(by_name[n], cluster):
+            sev: Severity = "warning" if n in overrides else "error"
+            rule = "node-excluded" if cluster.exclusion(n) else "node-unhealthy"
+            fix = "the override is on; watch this node closely" if sev == "warning" else \
+                "pick a healthy node, or override explicitly if you know it is fine"
+            findings.append(Finding(rule, sev, f"node {n} is {node_verdict(by_name[n], cluster)}", key, fix, n))
+    return unknown
+
+
+_PLACEMENT_KEY = {"prefill": "prefill", "decode": "decode", "worker": "workers"}
+
+
+def _place_by_role(recipe: Recipe, cluster: Cluster, inventory: list[Node], overrides: frozenset[str],
+                   findings: list[Finding]) -> dict[str, tuple[str, ...]] | None:
+    """Each role's nodes from its own `placement.<role>` list; a role left empty gets usable nodes."""
+    assert recipe.placement is not None
+    by_name = {n.name: n for n in inventory}
+    need = nodes_needed(recipe)
+    lists = {role: list(getattr(recipe.placement, key)) for role, key in _PLACEMENT_KEY.items()}
+    ok = True
+    for role, names in lists.items():
+        if names and role not in need:
+            findings.append(Finding("placement-role", "error",
+                                    f"this {recipe.mode} recipe has no {role} workers to place",
+                                    f"placement.{_PLACEMENT_KEY[role]}",
+                                    f"remove it, or place {', '.join(_PLACEMENT_KEY[r] for r in need)}"))
+            ok = False
+    seen: dict[str, str] = {}
+    for role, count in need.items():
+        names, key = lists[role], f"placement.{_PLACEMENT_KEY[role]}"
+        if not names:
+            continue
+        spec = recipe.role(role)
+        if len(names) != count:
+            findings.append(Finding(
+                "placement-count", "error",
+                f"{key} lists {len(names)} node(s) but {spec.workers} {role} worker(s) at {spec.per_node} "
+                f"per node need {count}", key, f"list exactly {count} node(s) for {role}"))
+            ok = False
+        if _check_names(names, key, by_name, cluster, overrides, findings):
+            ok = False
+        for n in dict.fromkeys(names):
+            if n in seen:
+                findings.append(Finding("node-duplicate", "error",
+                                        f"node {n} is placed as both {seen[n]} and {role}", key,
+                                        "give each role its own nodes", n))
+                ok = False
+            seen[n] = role
+    if not ok:
+        return None
+    sel: dict[str, tuple[str, ...]] = {}
+    spare = [n.name for n in inventory if n.name not in seen and (_usable(n, cluster) or n.name in overrides)]
+    for role, count in need.items():
+        if lists[role]:
+            sel[role] = tuple(lists[role])
+            continue
+        sel[role], spare = tuple(spare[:count]), spare[count:]
+        if len(sel[role]) < count:
+            key = f"placement.{_PLACEMENT_KEY[role]}"
+            findings.append(Finding(
+                "too-few-nodes", "error",
+                f"{role} needs {count} node(s) but only {len(sel[role])} usable node(s) are left after placement",
+                key, f"list {count} node(s) for {role}, or lower {role}.workers"))
+            return None
+    return sel
+
+
 def choose_nodes(recipe: Recipe, cluster: Cluster, inventory: list[Node], requested: list[str] | None = None,
                  overrides: frozenset[str] = frozenset()) -> tuple[Selection | None, list[Finding]]:
-    """Assign nodes to roles. Explicit nodes are used in order; otherwise usable nodes are picked.
+    """Assign nodes to roles. `--nodes` are used in rank order (prefill first, then decode); a recipe's
+    `placement` is per role; otherwise usable nodes are picked.
 
     Returns (None, findings) when no plan can be made (unknown nodes, too few nodes).
     """
@@ -171,17 +250,17 @@ def choose_nodes(recipe: Recipe, cluster: Cluster, inventory: list[Node], reques
     need = nodes_needed(recipe)
     total = sum(need.values())
     explicit = requested is not None and len(requested) > 0
-    if not explicit and recipe.placement is not None:
-        placed = recipe.placement.prefill + recipe.placement.decode + recipe.placement.workers
-        if placed:
-            requested, explicit = placed, True
+    placed = recipe.placement is not None and any(
+        getattr(recipe.placement, key) for key in _PLACEMENT_KEY.values())
+    if not explicit and placed:
+        by_role = _place_by_role(recipe, cluster, inventory, overrides, findings)
+        if by_role is None:
+            return None, findings
+        return _with_router(recipe, by_role, findings)
     if explicit:
         assert requested is not None
         names = [n.strip() for n in requested if n.strip()]
-        dup = sorted({n for n in names if names.count(n) > 1})
-        for n in dup:
-            findings.append(Finding("node-duplicate", "error", f"node {n} is chosen more than once",
-                                    "--nodes", "list each node once", n))
+        unknown = _check_names(names, "--nodes", by_name, cluster, overrides, findings)
         names = list(dict.fromkeys(names))
         unknown = [n for n in names if n not in by_name]
         for n in unknown:
@@ -195,6 +274,8 @@ def choose_nodes(recipe: Recipe, cluster: Cluster, inventory: list[Node], reques
                 fix = "the override is on; watch this node closely" if sev == "warning" else \
                     "pick a healthy node, or override explicitly if you know it is fine"
                 findings.append(Finding(rule, sev, f"node {n} is {why}", "--nodes", fix, n))
+
+
         if unknown:
             return None, findings
         chosen = names
@@ -220,6 +301,12 @@ def choose_nodes(recipe: Recipe, cluster: Cluster, inventory: list[Node], reques
     for role, count in need.items():
         sel[role] = tuple(chosen[i:i + count])
         i += count
+    return _with_router(recipe, sel, findings)
+
+
+def _with_router(recipe: Recipe, sel: dict[str, tuple[str, ...]],
+                 findings: list[Finding]) -> tuple[Selection | None, list[Finding]]:
+    chosen = list(dict.fromkeys(n for names in sel.values() for n in names))
     first = (sel.get("prefill") or sel.get("worker") or ("",))[0]
     router = recipe.router.node or first
     if router not in chosen:

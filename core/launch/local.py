@@ -82,6 +82,9 @@ def describe_exit(code: int | None) -> str:
     return f"exited {code}"
 
 
+KILL_VERIFY_S = 1.0  # after SIGKILL a process is gone at once, stopped or not: verify within this
+
+
 async def stop_groups(items: list[tuple[ProcHandle, int]], grace: float, is_ours_fn) -> list[StopReport]:
     """SIGTERM each process group, wait up to `grace`, SIGKILL the rest, and verify every member is gone."""
 
@@ -92,8 +95,9 @@ async def stop_groups(items: list[tuple[ProcHandle, int]], grace: float, is_ours
         if not is_ours_fn(h):  # the PID was reused (e.g. after a reboot): ours is gone, theirs is left alone
             return StopReport(h.name, h.node, True,
                               f"gone (process group {pgid} now holds someone else's processes; left alone)")
-        try:
+        try:  # SIGCONT too: a stopped process (state T: SIGSTOP, a debugger) ignores SIGTERM until continued
             os.killpg(pgid, signal.SIGTERM)
+            os.killpg(pgid, signal.SIGCONT)
         except ProcessLookupError:
             return StopReport(h.name, h.node, True, "already gone")
         while time.monotonic() - t0 < grace:
@@ -105,7 +109,7 @@ async def stop_groups(items: list[tuple[ProcHandle, int]], grace: float, is_ours
         except ProcessLookupError:
             pass
         t1 = time.monotonic()
-        while time.monotonic() - t1 < 5:
+        while time.monotonic() - t1 < KILL_VERIFY_S:
             if not group_members(pgid):
                 return StopReport(h.name, h.node, True, f"SIGKILL after {grace:g}s grace, gone")
             await asyncio.sleep(0.05)

@@ -282,10 +282,14 @@ class SlurmLauncher(LauncherBase):
         step = h.step or self._steps.get(h.name) or (await self._steps_now(0.0)).get(h.name, ("", ""))[0]
         if not (await self.poll(h)).alive:
             return StopReport(h.name, h.node, True, "already gone")
+        # SIGCONT after SIGTERM: a stopped task (state T: SIGSTOP, a debugger, a frozen container) ignores
+        # SIGTERM until it is continued, and would wait out the whole grace period for its SIGKILL
         if step:
             await self.runner.run(["scancel", "--signal=TERM", step], timeout=20)
+            await self.runner.run(["scancel", "--signal=CONT", step], timeout=20)
         elif h.pid and self.local_control:
             _signal_group(h.pid, 15)
+            _signal_group(h.pid, 18)
         while time.monotonic() - t0 < grace:
             if not (await self._alive_fresh(h)):
                 return StopReport(h.name, h.node, True, f"scancel --signal=TERM {step}, gone in "

@@ -40,11 +40,12 @@ def documents(keys, required):
                                             st.dictionaries(st.sampled_from(keys), trees(keys), max_size=8)))
 
 
-def _check(parse, doc) -> None:
-    try:
-        text = yaml.safe_dump(doc, allow_unicode=True)
-    except yaml.YAMLError:
-        return
+def _check(parse, doc, text: str | None = None) -> None:
+    if text is None:
+        try:
+            text = yaml.safe_dump(doc, allow_unicode=True)
+        except yaml.YAMLError:
+            return
     try:
         parse(text, "f.yaml")
     except ConfigError as e:
@@ -66,6 +67,24 @@ def test_generated_recipes_never_crash(doc):
 @given(documents(CLUSTER_KEYS, {"name": st.just("c"), "launcher": st.sampled_from(["local", "ssh", "slurm"])}))
 def test_generated_clusters_never_crash(doc):
     _check(parse_cluster, doc)
+
+
+flow_keys = st.recursive(scalars, lambda c: st.one_of(st.lists(c, max_size=3),
+                                                       st.dictionaries(st.text(max_size=4), c, max_size=2)),
+                         max_leaves=5)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(flow_keys, st.sampled_from(["", "prefill", "prefill.args", "router.env", "placement", "env"]),
+       st.sampled_from([parse_recipe, parse_cluster]))
+def test_keys_that_are_lists_or_mappings_never_crash(key, where, parse):
+    """YAML allows any node as a key (`? [a, b]`); a Python dict cannot hold a list: never a bare TypeError."""
+    flow = yaml.safe_dump(key, default_flow_style=True, width=10_000, allow_unicode=True).strip()
+    flow = flow.removesuffix("...").strip()
+    indent = "  " * len([p for p in where.split(".") if p])
+    nest = "".join(f"{'  ' * i}{p}:\n" for i, p in enumerate(p for p in where.split(".") if p))
+    base = "name: x\nmodel: {path: m}\n" if parse is parse_recipe else "name: c\nlauncher: local\n"
+    _check(parse, None, base + nest + f"{indent}? {flow}\n{indent}: 1\n")
 
 
 @settings(max_examples=500, deadline=None)

@@ -109,3 +109,31 @@ def test_router_node_can_be_chosen_but_must_be_in_the_plan():
     assert a.plan.router.node == G + "2"
     bad = lab_assess("router: {node: mia1-p01-g04}\n")
     assert bad.plan is None and [f.rule for f in bad.findings] == ["router-node"]
+
+
+def test_placement_is_per_role_not_one_flattened_rank_list():
+    # issue 17.1: prefill [g01, g03], decode [g02], one prefill worker put decode on g03 and called g02 unused
+    a = lab_assess(f"placement: {{prefill: [{G}1], decode: [{G}2]}}\n")
+    assert a.ok, a.findings
+    assert (a.plan.selection.prefill, a.plan.selection.decode) == ((G + "1",), (G + "2",))
+    bad = lab_assess(f"placement: {{prefill: [{G}1, {G}3], decode: [{G}2]}}\n")
+    assert bad.plan is None
+    (f,) = bad.findings
+    assert (f.rule, f.key) == ("placement-count", "placement.prefill")
+    assert f.message == "placement.prefill lists 2 node(s) but 1 prefill worker(s) at 1 per node need 1"
+    short = lab_assess(f"prefill: {{workers: 2}}\nplacement: {{prefill: [{G}3], decode: [{G}2]}}\n")
+    assert [(f.rule, f.key) for f in short.findings] == [("placement-count", "placement.prefill")]
+    assert "need 2" in short.findings[0].message
+
+
+def test_placement_findings_point_at_placement_keys_and_unplaced_roles_are_filled():
+    a = lab_assess(f"placement: {{decode: [{G}3]}}\n")
+    assert a.ok, a.findings
+    assert (a.plan.selection.prefill, a.plan.selection.decode) == ((G + "1",), (G + "3",))
+    bad = lab_assess("placement: {prefill: [nope], decode: [mia1-p01-g37]}\n")
+    assert {(f.rule, f.key) for f in bad.findings} == {("node-unknown", "placement.prefill"),
+                                                       ("node-excluded", "placement.decode")}
+    both = lab_assess(f"placement: {{prefill: [{G}1], decode: [{G}1]}}\n")
+    assert [(f.rule, f.key) for f in both.findings] == [("node-duplicate", "placement.decode")]
+    agg = lab_assess(f"mode: aggregate\naggregate: {{workers: 1}}\nplacement: {{decode: [{G}1]}}\n")
+    assert [(f.rule, f.key) for f in agg.findings] == [("placement-role", "placement.decode")]

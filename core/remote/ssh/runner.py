@@ -257,8 +257,8 @@ def _login_target(cluster: Cluster) -> SshTarget:
                               "identity": login.identity, "connect_timeout_s": spec.connect_timeout_s,
                               "keepalive_s": spec.keepalive_s}
     jump = SshTarget.parse(login.jump, **common) if login.jump else None
-    # Port 22 is the schema default: leave it unset so a Port in ~/.ssh/config still applies.
-    return SshTarget(host=login.host, port=None if login.port == 22 else login.port, user=login.user,
+    # An unset port leaves the ssh config's Port in force; a port written in the cluster file wins, 22 too.
+    return SshTarget(host=login.host, port=login.port, user=login.user,
                      jump=jump, label=login.host, **common)
 
 
@@ -278,7 +278,7 @@ def ssh_runner_for_node(cluster: Cluster, node: str, *, label: str | None = None
             break
     jump = _login_target(cluster) if spec.via_login and cluster.login is not None else None
     return SshRunner(SshTarget(
-        host=host, port=None if spec.port == 22 else spec.port, user=spec.user, jump=jump,
+        host=host, port=spec.port, user=spec.user, jump=jump,
         ssh_config=spec.ssh_config, known_hosts=spec.known_hosts, identity=spec.identity,
         agent_forwarding=spec.agent_forwarding, connect_timeout_s=spec.connect_timeout_s,
         keepalive_s=spec.keepalive_s, label=name))

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...config.cluster import parse_ssh_address
 from ...config.errors import AtomdeckError
 from ..backoff import Backoff
 
@@ -100,21 +101,12 @@ class SshTarget:
 
     @classmethod
     def parse(cls, spec: str, **kw: Any) -> SshTarget:
-        """`[user@]host[:port]` (IPv6 as `[addr]:port`), as in LoginHost.jump and ProxyJump."""
-        user, _, hostport = spec.strip().rpartition("@")
-        port: int | None = None
-        if hostport.startswith("["):
-            host, _, rest = hostport[1:].partition("]")
-            if rest.startswith(":"):
-                port = int(rest[1:])
-        elif hostport.count(":") == 1:
-            host, p = hostport.split(":")
-            port = int(p)
-        else:
-            host = hostport
-        if not host:
-            raise SshConfigError(f"cannot read the SSH host in {spec!r}; write [user@]host[:port]")
-        return cls(host=host, port=port, user=user or None, **kw)
+        """`[user@]host[:port]`, `[addr]:port` or `ssh://[user@]host[:port]`, as in LoginHost.jump and ProxyJump."""
+        try:
+            user, host, port = parse_ssh_address(spec)
+        except ValueError as e:
+            raise SshConfigError(str(e)) from None
+        return cls(host=host, port=port, user=user, **kw)
 
 
 # -------------------------------------------------------------------------------- remote commands
