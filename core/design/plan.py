@@ -262,20 +262,6 @@ def choose_nodes(recipe: Recipe, cluster: Cluster, inventory: list[Node], reques
         names = [n.strip() for n in requested if n.strip()]
         unknown = _check_names(names, "--nodes", by_name, cluster, overrides, findings)
         names = list(dict.fromkeys(names))
-        unknown = [n for n in names if n not in by_name]
-        for n in unknown:
-            findings.append(Finding("node-unknown", "error", f"node {n} is not in cluster {cluster.name}",
-                                    "--nodes", _pick_hint(n, inventory, cluster), n))
-        for n in names:
-            if n in by_name and node_verdict(by_name[n], cluster):
-                sev: Severity = "warning" if n in overrides else "error"
-                rule = "node-excluded" if cluster.exclusion(n) else "node-unhealthy"
-                why = node_verdict(by_name[n], cluster)
-                fix = "the override is on; watch this node closely" if sev == "warning" else \
-                    "pick a healthy node, or override explicitly if you know it is fine"
-                findings.append(Finding(rule, sev, f"node {n} is {why}", "--nodes", fix, n))
-
-
         if unknown:
             return None, findings
         chosen = names
