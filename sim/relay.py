@@ -102,14 +102,24 @@ def request_text(body: dict) -> str:
 class Relay:
     """Routes one client request, with retries."""
 
-    def __init__(self, args, workers: list[WorkerEntry], tp_sizes: dict[str, int]):
+    def __init__(self, args, workers: list[WorkerEntry], tp_sizes: dict[str, int], mesh=None):
         self.args = args
+        self.mesh = mesh
         self.workers = workers
         self.tp_sizes = tp_sizes
         self.prefill_policy = Policy(args.prefill_policy or args.policy)
         self.decode_policy = Policy(args.decode_policy or args.policy)
         self.policy = Policy(args.policy)
         self.timeout = float(args.request_timeout_secs)
+
+    def upstream(self, status: int) -> None:
+        if self.mesh is not None:
+            self.mesh.upstream.labels("http", str(status), "").inc()
+
+    def worker_error(self, worker: WorkerEntry, exc: Exception) -> None:
+        if self.mesh is not None:
+            kind = "timeout" if "timed out" in str(exc) else "connection_error"
+            self.mesh.worker_errors.labels(worker.url, kind).inc()
 
     def of_type(self, kind: str) -> list[WorkerEntry]:
         return [w for w in self.workers if w.worker_type == kind]
@@ -129,6 +139,8 @@ class Relay:
             delay_ms *= 1 + random.uniform(-1, 1) * self.args.retry_jitter_factor
             atomlog.rust("debug", "mesh::core::retry",
                          f"Retrying request after {delay_ms:.0f}ms (attempt {attempt + 1}/{attempts - 1})")
+            if self.mesh is not None:
+                self.mesh.worker_retries.labels("all", route).inc()
             await asyncio.sleep(max(0.0, delay_ms) / 1000)
         return response
 
@@ -153,7 +165,9 @@ class Relay:
         prefill.load += 1
         try:
             answer = await httpd.request("POST", prefill.url + route, prefill_body, timeout=self.timeout)
+            self.upstream(answer.status)
         except ClientError as e:
+            self.worker_error(prefill, e)
             atomlog.rust("error", TARGET, f"ATOM prefill {prefill.url} request_id={transfer_id} failed: {e}")
             return error_response(502, "prefill_server_error", f"Prefill server error: {e}")
         finally:
@@ -210,7 +224,9 @@ class Relay:
         worker.load += 1
         try:
             answer = await httpd.request("POST", worker.url + route, body, timeout=self.timeout, stream=True)
+            self.upstream(answer.status)
         except ClientError as e:
+            self.worker_error(worker, e)
             worker.load -= 1
             if pd:
                 atomlog.rust("error", TARGET, f"ATOM decode request failed decode_url={worker.url} error={e}")

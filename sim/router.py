@@ -13,14 +13,28 @@ import signal
 import sys
 import time
 
-from . import atomlog, httpd, simenv
+from . import atomlog, httpd, metrics, simenv
 from .faults import ROUTER_STAGES, Faults, rust_error
 from .httpd import ClientError, HttpServer, Request, Response, json_response, text_response
+from .metrics import CONTENT_TYPE_LATEST
 from .relay import Relay, WorkerEntry, error_response, policy_debug
 from .router_args import parse
 
 SERVER = "mesh::server"
 REGISTER = "mesh::core::steps::worker::local::detect_connection"
+
+
+def error_type(status: int) -> str:
+    """AToMesh's error_type label for a failed routed request."""
+    if status in (408, 504):
+        return "timeout"
+    if status == 503:
+        return "no_workers"
+    if status in (400, 404, 413, 422):
+        return "validation_error"
+    if status >= 500:
+        return "backend_error"
+    return "internal_error"
 
 
 def rust_option(value) -> str:
@@ -40,7 +54,10 @@ class Router:
             self.expected = [WorkerEntry(url, "regular") for url in args.worker_urls]
         self.registry: list[WorkerEntry] = []
         self.tp_sizes: dict[str, int] = {}
-        self.relay = Relay(args, self.registry, self.tp_sizes)
+        metrics.disable_created_series()
+        self.mesh = metrics.MeshMetrics(args.prometheus_duration_buckets)
+        self.model = args.model_path or "default"
+        self.relay = Relay(args, self.registry, self.tp_sizes, self.mesh)
         self.http: HttpServer | None = None
         self.in_flight = 0
         self.first_request_seen = False
@@ -134,9 +151,10 @@ class Router:
     async def start_metrics(self) -> None:
         a = self.args
         host = simenv.bind_host(a.prometheus_host)
-        metrics = HttpServer({("GET", "/metrics"): self.metrics})
+        # AToMesh's Prometheus exporter is its own HTTP listener on --prometheus-host:--prometheus-port.
+        self.metrics_http = HttpServer({("GET", "/metrics"): self.metrics})
         try:
-            await metrics.start(host, a.prometheus_port)
+            await self.metrics_http.start(host, a.prometheus_port)
         except OSError as e:
             atomlog.rust("error", "mesh::observability::metrics",
                          f"Failed to start Prometheus exporter on {a.prometheus_host}:{a.prometheus_port}: {e}")
@@ -233,6 +251,7 @@ class Router:
                     ok = answer.status == 200
                 except ClientError:
                     ok = False
+                self.mesh.health_checks.labels(worker.url, "success" if ok else "failure").inc()
                 if ok != worker.healthy:
                     atomlog.rust("warn" if not ok else "info", "mesh::core::worker_registry",
                                  f"Worker {worker.url} is now {'healthy' if ok else 'unhealthy'}")
@@ -241,7 +260,7 @@ class Router:
     # ---- endpoints -----------------------------------------------------------------------
 
     def routes(self) -> dict:
-        return {
+        routes = {
             ("GET", "/health"): self.liveness,
             ("GET", "/liveness"): self.liveness,
             ("GET", "/readiness"): self.readiness,
@@ -250,11 +269,47 @@ class Router:
             ("POST", "/v1/completions"): self.completions,
             ("POST", "/v1/chat/completions"): self.completions,
         }
+        return {key: self._measured(key[0], key[1], handler) for key, handler in routes.items()}
+
+    def _measured(self, method: str, path: str, handler):
+        """Count and time every HTTP request as AToMesh's middleware does (mesh_http_*)."""
+        m = self.mesh
+
+        async def wrapped(req: Request) -> Response:
+            started = time.monotonic()
+            m.http_connections.inc()
+            try:
+                response = await handler(req)
+            finally:
+                m.http_connections.dec()
+            m.http_requests.labels(method, path).inc()
+            m.http_responses.labels(str(response.status)).inc()
+            if response.stream is None:
+                m.http_duration.labels(method, path).observe(time.monotonic() - started)
+            else:
+                response.stream = self._timed_stream(response.stream, m.http_duration.labels(method, path), started)
+            return response
+        return wrapped
+
+    @staticmethod
+    async def _timed_stream(stream, histogram, started: float):
+        try:
+            async for chunk in stream:
+                yield chunk
+        finally:
+            histogram.observe(time.monotonic() - started)
 
     async def metrics(self, _req: Request) -> Response:
-        healthy = sum(1 for w in self.registry if w.healthy)
-        return text_response(f"# TYPE mesh_workers_healthy gauge\nmesh_workers_healthy {healthy}\n"
-                             f"# TYPE mesh_workers_total gauge\nmesh_workers_total {len(self.registry)}\n")
+        m = self.mesh
+        counts: dict[str, int] = {}
+        for w in self.registry:
+            counts[w.worker_type] = counts.get(w.worker_type, 0) + 1
+            m.worker_active.labels(w.url).set(w.load)
+            m.worker_health.labels(w.url).set(1 if w.healthy else 0)
+            m.cb_state.labels(w.url).set(0)
+        for kind in ("prefill", "decode") if self.args.pd_disaggregation else ("regular",):
+            m.pool_size.labels(kind, "http", self.model).set(counts.get(kind, 0))
+        return Response(200, m.render(), CONTENT_TYPE_LATEST)
 
     async def liveness(self, _req: Request) -> Response:
         return text_response("OK")
@@ -300,11 +355,24 @@ class Router:
             return error_response(400, "invalid_json", f"Failed to parse the request body as JSON: {e}")
         if not isinstance(body, dict):
             return error_response(422, "invalid_request", "Failed to deserialize the JSON body: expected an object")
+        endpoint = "chat" if req.path.endswith("/chat/completions") else "completions"
+        backend = "pd" if self.args.pd_disaggregation else "regular"
+        model = str(body.get("model") or self.model)
+        route = ("http", backend, "http", model, endpoint)
+        m = self.mesh
+        m.router_requests.labels(*route, "true" if body.get("stream") else "false").inc()
+        started = time.monotonic()
         self.in_flight += 1
         try:
             response = await self.relay.route(req.path, body)
         finally:
             self.in_flight -= 1
+        if response.status >= 400:
+            m.router_errors.labels(*route, error_type(response.status)).inc()
+        if response.stream is None:
+            m.router_duration.labels(*route).observe(time.monotonic() - started)
+        else:
+            response.stream = self._timed_stream(response.stream, m.router_duration.labels(*route), started)
         return response
 
     async def shutdown(self, sig: int) -> None:

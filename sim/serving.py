@@ -6,17 +6,17 @@ import itertools
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from . import atomlog, engine, simenv
+from . import atomlog, engine
 from .httpd import Request, Response, json_response, sse_response
 from .kv import BYTES_PER_BLOCK, KVTransferError, MooncakeConnector
+from .metrics import CONTENT_TYPE_LATEST, AtomMetrics
+from .scheduler import Scheduler, Seq
 
 log = atomlog.atom
-TOKEN_TIME = 0.01        # simulated seconds per decoded token
-PREFILL_TIME = 0.002     # simulated seconds per prompt token
 
 
 class RequestError(Exception):
@@ -35,6 +35,12 @@ class ServingConfig:
     kv_role: str | None          # the role /kv_transfer_info reports
     handshake_port: int
     max_model_len: int | None
+    max_num_seqs: int = 512
+    max_batched_tokens: int = 16384
+    engine_tp: int = 1                 # TP of each engine core (1 with DP attention)
+    prefix_caching: bool = False
+    metrics: bool = True               # serve /metrics (newer ATOM); False: 404 like the pin's ATOM
+    rev: str = "head"                  # which ATOM's log wording: "head" or "pin" (ATOMSIM_ATOM_REV)
 
 
 class WorkerService:
@@ -46,16 +52,27 @@ class WorkerService:
         self.kv = connector
         self.on_request = on_request
         self.seq_ids = itertools.count()
-        self.dp_ranks = itertools.cycle(range(max(1, cfg.dp)))
+        self.rev = cfg.rev
+        self.sched = Scheduler(tp=cfg.engine_tp, dp=cfg.dp, max_num_seqs=cfg.max_num_seqs,
+                               max_batched_tokens=cfg.max_batched_tokens, block_size=cfg.block_size,
+                               prefix_caching=cfg.prefix_caching)
+        self.metrics = AtomMetrics(self.sched.snapshot) if cfg.metrics else None
 
     def routes(self) -> dict:
-        return {
+        routes = {
             ("GET", "/health"): self.health,
             ("GET", "/v1/models"): self.models,
             ("GET", "/kv_transfer_info"): self.kv_transfer_info,
             ("POST", "/v1/completions"): self.completions,
             ("POST", "/v1/chat/completions"): self.chat_completions,
         }
+        if self.metrics is not None:
+            routes[("GET", "/metrics")] = self.serve_metrics
+        return routes
+
+    async def serve_metrics(self, _req: Request) -> Response:
+        assert self.metrics is not None
+        return Response(200, self.metrics.render(), CONTENT_TYPE_LATEST)
 
     async def health(self, _req: Request) -> Response:
         return json_response({"status": "ok"})
@@ -124,39 +141,42 @@ class WorkerService:
         kv_len = engine.num_blocks(len(prompt_tokens), self.cfg.block_size) * BYTES_PER_BLOCK
         params = body.get("kv_transfer_params") if isinstance(body.get("kv_transfer_params"), dict) else {}
         out_params = None
+        usage = {"prompt_tokens": len(prompt_tokens), "completion_tokens": max(0, max_tokens),
+                 "total_tokens": len(prompt_tokens) + max(0, max_tokens)}
+        extra: dict[str, Any] = {}
+        if body.get("return_token_ids"):
+            extra["prompt_token_ids"] = engine.token_ids(prompt_tokens)
         if self.kv is not None and params.get("do_remote_decode"):
             if not self.kv.is_producer:
                 raise RequestError(500, "Only the producer side handles do_remote_decode")
-            kv_bytes, out_params = await self._prefill(seq_id, prompt, kv_len)
-        elif self.kv is not None and params.get("do_remote_prefill"):
+            out_params = await self._prefill(seq_id, prompt, kv_len, len(prompt_tokens))
+            ids = engine.generate(engine.compute_kv(self.cfg.model, prompt, kv_len), 1)
+            out_params["first_token_id"] = ids[0] if ids else None
+            extra["kv_transfer_params"] = out_params
+            usage.update(completion_tokens=len(ids), total_tokens=len(prompt_tokens) + len(ids))
+            return self._answer(request_id, ids, usage, chat, extra)
+        if self.kv is not None and params.get("do_remote_prefill"):
             if self.kv.is_producer:
                 raise RequestError(500, "Only the decode (consumer) side handles do_remote_prefill")
-            expected = engine.compute_kv(self.cfg.model, prompt, kv_len)
-            try:
-                kv_bytes = await self.kv.receive(params, seq_id, expected, next(self.dp_ranks))
-            except KVTransferError as e:
-                raise RequestError(500, f"KV transfer failed: {e}") from e
+            work = self._remote_decode(params, seq_id, prompt, kv_len, len(prompt_tokens), max_tokens)
         else:
-            await simenv.pause(PREFILL_TIME * len(prompt_tokens))
-            kv_bytes = engine.compute_kv(self.cfg.model, prompt, kv_len)
-        ids = engine.generate(kv_bytes, max_tokens)
-        if out_params is not None:
-            out_params["first_token_id"] = ids[0] if ids else None
-        usage = {"prompt_tokens": len(prompt_tokens), "completion_tokens": len(ids),
-                 "total_tokens": len(prompt_tokens) + len(ids)}
-        extra: dict[str, Any] = {}
-        if out_params is not None:
-            extra["kv_transfer_params"] = out_params
-        if body.get("return_token_ids"):
-            extra["prompt_token_ids"] = engine.token_ids(prompt_tokens)
+            work = self._local(prompt, kv_len, len(prompt_tokens), max_tokens)
         if body.get("stream"):
-            log(f"API: Created request_id={request_id}, seq_id={seq_id}")
-            return sse_response(self._stream(request_id, ids, usage, chat, extra))
+            if self.rev == "pin":
+                log(f"API: Created request_id={request_id}, seq_id={seq_id}")
+            # ATOM answers a stream's headers at once; tokens follow when the engine makes them.
+            return sse_response(self._stream(request_id, work, usage, chat, extra))
         started = time.time()
-        await simenv.pause(TOKEN_TIME * len(ids))
+        ids, seq = await work
+        await self.sched.wait(seq)
         latency = time.time() - started
         text = engine.detokenize(ids)
         usage.update({"ttft_s": 0.0, "tpot_s": round(latency / max(1, len(ids)), 4), "latency_s": round(latency, 4)})
+        return self._answer(request_id, ids, usage, chat, extra, text)
+
+    def _answer(self, request_id: str, ids: list[int], usage: dict, chat: bool, extra: dict,
+                text: str | None = None) -> Response:
+        text = engine.detokenize(ids) if text is None else text
         if chat:
             choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "length"}
         else:
@@ -165,11 +185,32 @@ class WorkerService:
                 "created": int(time.time()), "model": self.cfg.served_name, "choices": [choice], "usage": usage}
         return json_response({**resp, **extra})
 
-    async def _prefill(self, seq_id: int, prompt: str, kv_len: int) -> tuple[bytes, dict]:
+    async def _local(self, prompt: str, kv_len: int, n_prompt: int, max_tokens: int) -> tuple[list[int], Seq]:
+        """Prefill and decode on this worker's engines."""
+        seq = self.sched.submit(self.sched.pick_rank(), n_prompt, max_tokens)
+        return engine.generate(engine.compute_kv(self.cfg.model, prompt, kv_len), max_tokens), seq
+
+    async def _remote_decode(self, params: dict, seq_id: int, prompt: str, kv_len: int, n_prompt: int,
+                             max_tokens: int) -> tuple[list[int], Seq]:
+        """Receive the prefill's KV (parked until every write-done came), then decode from those bytes."""
         assert self.kv is not None
-        await simenv.pause(PREFILL_TIME * (kv_len // BYTES_PER_BLOCK) * self.cfg.block_size)
+        rank = self.sched.pick_rank()
+        expected = engine.compute_kv(self.cfg.model, prompt, kv_len)
+        self.sched.parked += 1
+        try:
+            kv_bytes = await self.kv.receive(params, seq_id, expected, rank)
+        except KVTransferError as e:
+            raise RequestError(500, f"KV transfer failed: {e}") from e
+        finally:
+            self.sched.parked -= 1
+        seq = self.sched.submit(rank, n_prompt, max_tokens, need_prefill=False)
+        return engine.generate(kv_bytes, max_tokens), seq
+
+    async def _prefill(self, seq_id: int, prompt: str, kv_len: int, n_prompt: int) -> dict:
+        assert self.kv is not None
+        dp_rank = self.sched.pick_rank()
+        await self.sched.wait(self.sched.submit(dp_rank, n_prompt, 1))
         kv_bytes = engine.compute_kv(self.cfg.model, prompt, kv_len)
-        dp_rank = next(self.dp_ranks)
         try:
             block_ids = self.kv.store_prefill(seq_id, kv_bytes, dp_rank)
         except KVTransferError as e:
@@ -181,30 +222,45 @@ class WorkerService:
             "tp_size": self.cfg.tp, "dp_rank": dp_rank, "transfer_id": seq_id, "first_token_id": None,
             "local_slot_index": -1,
         }
-        return kv_bytes, params
+        return params
 
-    async def _stream(self, request_id: str, ids: list[int], usage: dict, chat: bool,
+    async def _stream(self, request_id: str, work: Awaitable[tuple[list[int], Seq]], usage: dict, chat: bool,
                       extra: dict) -> AsyncIterator[bytes]:
         created = int(time.time())
         obj = "chat.completion.chunk" if chat else "text_completion"
+        head = (f'data: {{"id": "{request_id}", "object": "{obj}", "created": {created}, '
+                f'"model": {json.dumps(self.cfg.served_name)}, "choices": [').encode()
 
-        def chunk(text: str | None, finish: str | None, **more: Any) -> bytes:
+        def event(text: str | None, finish: str | None) -> bytes:
             if chat:
                 delta = {"content": text} if text else {}
                 choice = {"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}
             else:
                 choice = {"index": 0, "text": text or "", "finish_reason": finish, "logprobs": None}
-            data = {"id": request_id, "object": obj, "created": created, "model": self.cfg.served_name,
-                    "choices": [choice], **more}
-            return f"data: {json.dumps(data)}\n\n".encode()
+            return head + json.dumps(choice).encode() + b"]}\n\n"
 
-        if chat:
-            yield chunk("", None)
-        for token in ids:
-            await simenv.pause(TOKEN_TIME)
-            yield chunk(engine.detokenize([token]), None)
-        yield chunk(None, "length", **extra)
-        usage_chunk = {"id": request_id, "object": obj, "created": created, "model": self.cfg.served_name,
-                       "usage": usage}
-        yield f"data: {json.dumps(usage_chunk)}\n\n".encode()
-        yield b"data: [DONE]\n\n"
+        seq = None
+        try:
+            try:
+                ids, seq = await work
+            except RequestError as e:
+                log(f"Error in {'chat_completions' if chat else 'completions'}: {e.detail}")
+                yield f"data: {json.dumps({'error': {'message': e.detail, 'code': e.status}})}\n\n".encode()
+                return
+            if chat:
+                yield event("", None)
+            sent = 0
+            async for ready in self.sched.progress(seq):
+                # Every token is its own SSE event; the events made ready by one engine step go out in one write.
+                yield b"".join(event(engine.detokenize([t]), None) for t in ids[sent:ready])
+                sent = ready
+            last = {"id": request_id, "object": obj, "created": created, "model": self.cfg.served_name,
+                    "choices": [{"index": 0, "text": "", "finish_reason": "length", "logprobs": None}
+                                if not chat else {"index": 0, "delta": {}, "finish_reason": "length",
+                                                  "logprobs": None}], **extra}
+            usage_chunk = {"id": request_id, "object": obj, "created": created, "model": self.cfg.served_name,
+                           "usage": usage}
+            yield (f"data: {json.dumps(last)}\n\n" f"data: {json.dumps(usage_chunk)}\n\n" "data: [DONE]\n\n").encode()
+        finally:
+            if seq is not None:
+                self.sched.cancel(seq)

@@ -77,3 +77,13 @@ def advertised_ip(host: str) -> str:
 def kv_timeout() -> float:
     """``ATOMSIM_KV_TIMEOUT``: seconds a decode waits for write-done before failing."""
     return max(0.1, _float("ATOMSIM_KV_TIMEOUT", 30.0))
+
+
+def atom_rev() -> str:
+    """``ATOMSIM_ATOM_REV``: whose log wording and behaviour to follow, ``head`` (default) or ``pin``.
+
+    ``head`` is ROCm/ATOM ffdf3bb5 (has /metrics), ``pin`` is 087b82d9, the revision the router is
+    pinned to (no /metrics). docs/log-patterns.md lists the lines that differ.
+    """
+    value = os.environ.get("ATOMSIM_ATOM_REV", "").strip().lower()
+    return "pin" if value == "pin" else "head"

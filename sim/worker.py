@@ -19,6 +19,7 @@ from . import atomlog, simenv
 from .faults import WORKER_STAGES, Faults, python_crash
 from .httpd import HttpServer, Request, reason
 from .kv import MooncakeConnector
+from .metrics import atom_metrics_enabled
 from .serving import ServingConfig, WorkerService
 from .worker_args import build_parser, resolve_kv_config
 
@@ -155,7 +156,10 @@ class Worker:
             ServingConfig(model=args.model, served_name=args.served_model_name or args.model,
                           block_size=args.block_size, tp=self.tp, dp=self.dp, kv_role=reported,
                           handshake_port=int(kv_cfg.get("handshake_port", 6301)) if kv_cfg else 6301,
-                          max_model_len=args.max_model_len),
+                          max_model_len=args.max_model_len, max_num_seqs=args.max_num_seqs,
+                          max_batched_tokens=args.max_num_batched_tokens, engine_tp=self.tp,
+                          prefix_caching=args.enable_prefix_caching, metrics=atom_metrics_enabled(),
+                          rev=simenv.atom_rev()),
             self.connector, on_request=self.on_request)
 
     def parse_kv_config(self) -> tuple[dict, str | None]:
