@@ -54,6 +54,11 @@ class Faults:
     kv_role: str | None = None
     handshake: str | None = None
     flood: float = 0.0
+    freeze_after: float | None = None
+    stall_after: float | None = None
+    bind_delay: float = 0.0
+    bind_port: int | None = None
+    bind_host: str | None = None
     notes: list[str] = field(default_factory=list)
 
     @classmethod
@@ -87,10 +92,24 @@ class Faults:
             kv_role=env.get("ATOMSIM_KV_ROLE", "").strip() or None,
             handshake=handshake,
             flood=max(0.0, _float(env.get("ATOMSIM_FLOOD")) or 0.0),
+            freeze_after=_float(env.get("ATOMSIM_FREEZE_AFTER")),
+            stall_after=_float(env.get("ATOMSIM_STALL_AFTER")),
+            bind_delay=max(0.0, _float(env.get("ATOMSIM_BIND_DELAY")) or 0.0),
+            bind_port=_int(env.get("ATOMSIM_BIND_PORT")),
+            bind_host=env.get("ATOMSIM_BIND_HOST", "").strip() or None,
         )
 
     def crashes_at(self, stage: str) -> bool:
         return self.crash_at == stage
+
+
+async def freeze_later(seconds: float) -> None:
+    """``ATOMSIM_FREEZE_AFTER``: stop this process (state T) as ``kill -STOP`` does; SIGCONT resumes it."""
+    import asyncio
+    import signal
+
+    await asyncio.sleep(max(0.0, seconds))
+    os.kill(os.getpid(), signal.SIGSTOP)
 
 
 def python_crash(frames: list[tuple[str, str, str]], exception: str, code: int) -> None:

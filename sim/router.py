@@ -14,7 +14,7 @@ import sys
 import time
 
 from . import atomlog, httpd, metrics, simenv
-from .faults import ROUTER_STAGES, Faults, rust_error
+from .faults import ROUTER_STAGES, Faults, freeze_later, rust_error
 from .httpd import ClientError, HttpServer, Request, Response, json_response, text_response
 from .metrics import CONTENT_TYPE_LATEST
 from .relay import Relay, WorkerEntry, error_response, policy_debug
@@ -138,14 +138,18 @@ class Router:
         self.maybe_crash("ready")
         if self.faults.never_bind:
             await asyncio.Event().wait()
+        if self.faults.bind_delay:
+            await asyncio.sleep(self.faults.bind_delay)
         atomlog.rust("info", SERVER, f"Starting server on {a.host}:{a.port}")
         self.http = HttpServer(self.routes())
         try:
-            await self.http.start(self.bind_host, a.port)
+            await self.http.start(self.faults.bind_host or self.bind_host, self.faults.bind_port or a.port)
         except OSError as e:
             atomlog.err(f'Error: Os {{ code: {e.errno}, kind: AddrInUse, message: "{e.strerror}" }}'
                         if e.errno == 98 else f"Error: {e}")
             atomlog.hard_exit(1)
+        if self.faults.freeze_after is not None:
+            self._freeze_task = loop.create_task(freeze_later(self.faults.freeze_after))
         await asyncio.Event().wait()
 
     async def start_metrics(self) -> None:

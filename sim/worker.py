@@ -16,7 +16,7 @@ import sys
 import time
 
 from . import atomlog, simenv
-from .faults import WORKER_STAGES, Faults, python_crash
+from .faults import WORKER_STAGES, Faults, freeze_later, python_crash
 from .httpd import HttpServer, Request, reason
 from .kv import MooncakeConnector
 from .metrics import atom_metrics_enabled
@@ -151,6 +151,8 @@ class Worker:
         await simenv.pause(0.2)
         self.maybe_crash("ready")
         log("Engine Core: EngineCore fully initialized and ready")
+        if self.faults.bind_delay:
+            await asyncio.sleep(self.faults.bind_delay)
         reported = self.faults.kv_role or kv_role
         self.service = WorkerService(
             ServingConfig(model=args.model, served_name=args.served_model_name or args.model,
@@ -198,20 +200,23 @@ class Worker:
         atomlog.uvicorn("Waiting for application startup.")
         access = None if args.disable_uvicorn_access_log else self.access_log
         self.http = HttpServer(self.service.routes(), access_log=access)
+        # ATOMSIM_BIND_PORT / ATOMSIM_BIND_HOST: the server ends up somewhere other than asked.
+        host, port = self.faults.bind_host or self.bind_host, self.faults.bind_port or args.server_port
+        shown_host = self.faults.bind_host or args.host
         try:
-            await self.http.start(self.bind_host, args.server_port)
+            await self.http.start(host, port)
         except OSError as e:
             atomlog.uvicorn(f"[Errno {e.errno}] error while attempting to bind on address "
-                            f"('{self.bind_host}', {args.server_port}): {(e.strerror or str(e)).lower()}", "ERROR")
+                            f"('{host}', {port}): {(e.strerror or str(e)).lower()}", "ERROR")
             atomlog.uvicorn("Application shutdown complete.")
             atomlog.hard_exit(1)
         stamp = os.environ.get("ATOMSIM_BIND_STAMP")
         if stamp:  # benchmarks: the exact moment the HTTP port started accepting, one file per address:port
-            with open(os.path.join(stamp, f"{self.bind_host}_{args.server_port}"), "w") as f:
+            with open(os.path.join(stamp, f"{host}_{port}"), "w") as f:
                 f.write(repr(time.time()))
         log("Server started successfully and ready to accept requests")
         atomlog.uvicorn("Application startup complete.")
-        atomlog.uvicorn(f"Uvicorn running on http://{args.host}:{args.server_port} (Press CTRL+C to quit)")
+        atomlog.uvicorn(f"Uvicorn running on http://{shown_host}:{port} (Press CTRL+C to quit)")
         self.serving = True
         loop = asyncio.get_running_loop()
         self._tasks = []  # keep references: a task nobody holds may be collected mid-flight
@@ -219,6 +224,10 @@ class Worker:
             self._tasks.append(loop.create_task(self.flood(self.faults.flood)))
         if self.faults.crash_after is not None:
             self._tasks.append(loop.create_task(self.crash_later(self.faults.crash_after)))
+        if self.faults.stall_after is not None:
+            self._tasks.append(loop.create_task(self.stall_later(self.faults.stall_after)))
+        if self.faults.freeze_after is not None:
+            self._tasks.append(loop.create_task(freeze_later(self.faults.freeze_after)))
 
     def access_log(self, req: Request, status: int) -> None:
         atomlog.uvicorn_access(req.peer, req.method, req.path, status, reason(status))
@@ -233,6 +242,11 @@ class Worker:
         log("Engine core proc EngineCore_DP0 died unexpectedly, shutting down client.")
         self.crash([(ENGINE, "monitor_engine_cores", "raise RuntimeError(")],
                    "RuntimeError: EngineCore encountered an issue. See stack trace above for the root cause.")
+
+    async def stall_later(self, seconds: float) -> None:
+        """``ATOMSIM_STALL_AFTER``: the engines stop producing tokens; HTTP (and /health) still answers."""
+        await asyncio.sleep(max(0.0, seconds))
+        self.service.sched.stall()
 
     async def flood(self, rate: float) -> None:
         """Log ``rate`` engine-status lines per second, in batches every 100 ms."""
