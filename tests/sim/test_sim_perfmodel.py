@@ -134,3 +134,12 @@ def test_2p1d_beats_1p1d_at_long_prompts_and_high_concurrency_but_loses_per_gpu_
     # busy machine (1.4-1.5 measured with 2 cores under load), so the bar only says "clearly more than 1".
     assert high > 1.25, f"2P1D/1P1D at concurrency 16: {high:.2f} (the model predicts about 2)"
     assert low_per_gpu < 0.85, f"2P1D/1P1D per GPU at concurrency 1: {low_per_gpu:.2f} (the model predicts 0.67)"
+
+
+def test_consecutive_blocks_move_as_one_transfer_entry():
+    from atomdeck.sim.kv import BYTES_PER_BLOCK, coalesce
+    srcs, dsts, sizes = coalesce(1000, 5000, [(3, 7), (4, 8), (5, 9), (9, 10), (10, 11), (2, 20)])
+    b = BYTES_PER_BLOCK
+    assert srcs == [1000 + 3 * b, 1000 + 9 * b, 1000 + 2 * b]
+    assert dsts == [5000 + 7 * b, 5000 + 10 * b, 5000 + 20 * b]
+    assert sizes == [3 * b, 2 * b, b] and sum(sizes) == 6 * b
