@@ -161,7 +161,7 @@ class Worker:
                           handshake_port=int(kv_cfg.get("handshake_port", 6301)) if kv_cfg else 6301,
                           max_model_len=args.max_model_len, max_num_seqs=args.max_num_seqs,
                           max_batched_tokens=args.max_num_batched_tokens, engine_tp=self.tp,
-                          prefix_caching=args.enable_prefix_caching, metrics=atom_metrics_enabled(),
+                          prefix_caching=args.enable_prefix_caching, metrics=atom_metrics_enabled(self.faults.metrics),
                           rev=simenv.atom_rev()),
             self.connector, on_request=self.on_request)
 
