@@ -7,6 +7,7 @@ bytes Mooncake actually delivered: a failed or corrupted transfer cannot produce
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import random
 import re
@@ -21,9 +22,14 @@ def tokenize(text: str) -> list[str]:
     return _TOKEN_RE.findall(text) or [""]
 
 
+@functools.lru_cache(maxsize=65536)
+def _token_id(token: str) -> int:
+    return int.from_bytes(hashlib.sha1(token.encode()).digest()[:4], "big") % 150000
+
+
 def token_ids(tokens: list[str]) -> list[int]:
     """Stable ids for prompt tokens (a 150k vocabulary, like a real tokenizer's)."""
-    return [int.from_bytes(hashlib.sha1(t.encode()).digest()[:4], "big") % 150000 for t in tokens]
+    return [_token_id(t) for t in tokens]
 
 
 def render_chat(messages: list[dict]) -> str:

@@ -31,6 +31,13 @@ def _int(raw: str | None) -> int | None:
     return None if value is None else int(value)
 
 
+def _switch(raw: str | None) -> bool | None:
+    value = (raw or "").strip().lower()
+    if not value:
+        return None
+    return value not in ("0", "false", "no", "off")
+
+
 def targets_me(only: str | None, addresses: set[str], port: int) -> bool:
     """Whether ``ATOMSIM_ONLY`` selects this process."""
     if not only:
@@ -59,6 +66,7 @@ class Faults:
     bind_delay: float = 0.0
     bind_port: int | None = None
     bind_host: str | None = None
+    metrics: bool | None = None          # ATOMSIM_METRICS: None follows ATOMSIM_ATOM_REV
     notes: list[str] = field(default_factory=list)
 
     @classmethod
@@ -97,6 +105,7 @@ class Faults:
             bind_delay=max(0.0, _float(env.get("ATOMSIM_BIND_DELAY")) or 0.0),
             bind_port=_int(env.get("ATOMSIM_BIND_PORT")),
             bind_host=env.get("ATOMSIM_BIND_HOST", "").strip() or None,
+            metrics=_switch(env.get("ATOMSIM_METRICS")),
         )
 
     def crashes_at(self, stage: str) -> bool:

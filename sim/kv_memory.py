@@ -10,7 +10,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 BYTES_PER_BLOCK = 2048
-NUM_BLOCKS = 1024
+NUM_BLOCKS = 4096
 MAX_CHUNK = 2 * 1024**3 - 64 * 1024
 
 

@@ -47,14 +47,11 @@ ATOM_SERIES: list[tuple[str, str, str, str]] = [
 ]
 
 
-def atom_metrics_enabled() -> bool:
-    """``ATOMSIM_METRICS`` (default on; ``0`` acts as an ATOM without /metrics: 404).
-
-    Unset, it follows ``ATOMSIM_ATOM_REV``: the router pin's ATOM has no /metrics route.
-    """
-    raw = os.environ.get("ATOMSIM_METRICS", "").strip().lower()
-    if raw:
-        return raw not in ("0", "false", "no", "off")
+def atom_metrics_enabled(switch: bool | None) -> bool:
+    """``ATOMSIM_METRICS`` as the fault settings read it (``switch``; ``False`` acts as an ATOM without
+    /metrics: 404). Unset, it follows ``ATOMSIM_ATOM_REV``: the router pin's ATOM has no /metrics route."""
+    if switch is not None:
+        return switch
     return os.environ.get("ATOMSIM_ATOM_REV", "").strip().lower() != "pin"
 
 

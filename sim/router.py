@@ -18,7 +18,7 @@ from .faults import ROUTER_STAGES, Faults, freeze_later, rust_error
 from .httpd import ClientError, HttpServer, Request, Response, json_response, text_response
 from .metrics import CONTENT_TYPE_LATEST
 from .relay import Relay, WorkerEntry, error_response, policy_debug
-from .router_args import parse
+from .router_args import clap_help, parse
 
 SERVER = "mesh::server"
 REGISTER = "mesh::core::steps::worker::local::detect_connection"
@@ -399,6 +399,9 @@ def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if any(a in ("--version", "-V", "--version-verbose") for a in argv):
         atomlog.out("atom-mesh 0.1.0 (atomdeck simulator)")
+        return
+    if any(a in ("--help", "-h") for a in argv):
+        atomlog.out(clap_help())
         return
     args, prefills = parse(argv)
     try:

@@ -58,7 +58,7 @@ class ClapParser(argparse.ArgumentParser):
 
 def build_parser() -> ClapParser:
     p = ClapParser(prog="atomesh launch", description="ATOM Mesh - High-performance inference gateway",
-                   allow_abbrev=False)
+                   allow_abbrev=False, add_help=False)
     add = p.add_argument
     def flag(name: str) -> None:
         add(name, action="store_true")
@@ -123,6 +123,45 @@ def build_parser() -> ClapParser:
     add("--backend", "--runtime", dest="backend", default="sglang", choices=["sglang", "vllm", "atom"])
     add("--api-key", default=None)
     return p
+
+
+def _value_name(action: argparse.Action) -> str:
+    return action.dest.upper()
+
+
+def clap_help(parser: argparse.ArgumentParser | None = None) -> str:
+    """``atomesh launch --help`` in clap's long-help layout, from the flags this parser enforces."""
+    parser = parser or build_parser()
+    lines = [parser.description or "", "", f"Usage: {parser.prog} [OPTIONS]", "", "Options:"]
+
+    def entry(names: str, details: list[str]) -> None:
+        lines.append(f"      {names}")
+        lines.extend(f"          {d}" for d in details)
+        lines.append("")
+
+    entry("--prefill <URL> [<BOOTSTRAP_PORT>]",
+          ["Prefill server URL, optionally followed by its bootstrap port or 'none' (repeatable)"])
+    for action in parser._actions:
+        flags = ", ".join(action.option_strings)
+        if action.nargs == 0:
+            names = flags
+        elif action.nargs == "*":
+            names = f"{flags} [<{_value_name(action)}>...]"
+        else:
+            names = f"{flags} <{_value_name(action)}>"
+        details = []
+        if action.choices:
+            details.append(f"[possible values: {', '.join(map(str, action.choices))}]")
+        default = action.default
+        if action.nargs != 0 and default not in (None, [], ""):
+            details.append(f"[default: {default}]")
+        entry(names, details)
+    lines.append("  -h, --help")
+    lines.append("          Print help (see a summary with '-h')")
+    lines.append("")
+    lines.append("  -V, --version")
+    lines.append("          Print version")
+    return "\n".join(lines)
 
 
 def parse(argv: list[str]) -> tuple[argparse.Namespace, list[tuple[str, int | None]]]:

@@ -74,11 +74,6 @@ def advertised_ip(host: str) -> str:
     return host if host not in WILDCARDS else "127.0.0.1"
 
 
-def kv_timeout() -> float:
-    """``ATOMSIM_KV_TIMEOUT``: seconds a decode waits for write-done before failing."""
-    return max(0.1, _float("ATOMSIM_KV_TIMEOUT", 30.0))
-
-
 def atom_rev() -> str:
     """``ATOMSIM_ATOM_REV``: whose log wording and behaviour to follow, ``head`` (default) or ``pin``.
 

@@ -33,12 +33,15 @@ class TcpTransferEngine:
                 if head.get("op") != "write":
                     return
                 ok = True
+                data = self.rfile.read(sum(head["sizes"]))
+                offset = 0
                 for dst, size in zip(head["dsts"], head["sizes"]):
-                    data = self.rfile.read(size)
-                    if len(data) != size or not engine._inside(dst, size):
+                    chunk = data[offset:offset + size]
+                    offset += size
+                    if len(chunk) != size or not engine._inside(dst, size):
                         ok = False
                         continue
-                    ctypes.memmove(dst, data, size)
+                    ctypes.memmove(dst, chunk, size)
                 self.wfile.write(b"0\n" if ok else b"-1\n")
 
         socketserver.ThreadingTCPServer.allow_reuse_address = True
@@ -64,6 +67,8 @@ class TcpTransferEngine:
         host, _, port = target.rpartition(":")
         try:
             with socket.create_connection((host, int(port)), timeout=5) as s:
+                # No Nagle: the payload's last small segment must not wait for a delayed ACK (40 ms).
+                s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 s.sendall((json.dumps(head) + "\n").encode() + b"".join(payload))
                 return s.makefile("rb").readline().decode().strip()
         except (OSError, ValueError):

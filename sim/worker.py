@@ -122,7 +122,8 @@ class Worker:
         if kv_cfg:
             self.connector = MooncakeConnector(
                 kv_cfg, local_ip=self.ip, listen_host=self.listen_host, tp=self.tp, dp=self.dp,
-                block_len=args.block_size, handshake_fault=self.faults.handshake)
+                block_len=args.block_size, handshake_fault=self.faults.handshake,
+                rev=simenv.atom_rev())
             self.maybe_crash("mooncake")
             try:
                 self.connector.initialize(engine_class)
@@ -160,7 +161,7 @@ class Worker:
                           handshake_port=int(kv_cfg.get("handshake_port", 6301)) if kv_cfg else 6301,
                           max_model_len=args.max_model_len, max_num_seqs=args.max_num_seqs,
                           max_batched_tokens=args.max_num_batched_tokens, engine_tp=self.tp,
-                          prefix_caching=args.enable_prefix_caching, metrics=atom_metrics_enabled(),
+                          prefix_caching=args.enable_prefix_caching, metrics=atom_metrics_enabled(self.faults.metrics),
                           rev=simenv.atom_rev()),
             self.connector, on_request=self.on_request)
 
@@ -194,7 +195,10 @@ class Worker:
 
     async def start_server(self) -> None:
         args = self.args
-        log(f"Starting server on {args.host}:{args.server_port}...")
+        if simenv.atom_rev() == "pin":
+            log(f"Starting server on {args.host}:{args.server_port}...")
+        else:
+            log(f"Starting server on {args.host}:{args.server_port} (loop=uvloop)...")
         pid = os.getpid()
         atomlog.uvicorn(f"Started server process [{pid}]")
         atomlog.uvicorn("Waiting for application startup.")
@@ -239,7 +243,9 @@ class Worker:
 
     async def crash_later(self, seconds: float) -> None:
         await asyncio.sleep(seconds)
-        log("Engine core proc EngineCore_DP0 died unexpectedly, shutting down client.")
+        # atom/model_engine/async_proc.py (pin :428, head :464): the runner manager's monitor thread.
+        log(f"AsyncIOProcManager(ModelRunner): [ModelRunner0/{self.tp}] proc died unexpectedly (exitcode=-9), "
+            f"shutting down.")
         self.crash([(ENGINE, "monitor_engine_cores", "raise RuntimeError(")],
                    "RuntimeError: EngineCore encountered an issue. See stack trace above for the root cause.")
 

@@ -88,7 +88,7 @@ def test_bind_late_other_port_other_address(spawn):
 
     moved = spawn.worker("moved", "127.0.42.5", 8000, None, ATOMSIM_BIND_PORT="8099")
     moved.wait_line("Uvicorn running on http://0.0.0.0:8099")
-    assert "Starting server on 0.0.0.0:8000..." in moved.text(), "ATOM's own line names the port it was given"
+    assert "Starting server on 0.0.0.0:8000 (loop=uvloop)..." in moved.text(), "ATOM's own line names the port it was given"
     assert port_open("127.0.42.5", 8099) and not port_open("127.0.42.5", 8000)
 
     elsewhere = spawn.worker("elsewhere", "127.0.42.6", 8000, None, ATOMSIM_BIND_HOST="127.0.42.7")

@@ -139,12 +139,15 @@ def test_snapshot_refreshes_on_atoms_interval(spawn):
 
 def test_older_atom_has_no_metrics(spawn):
     ip = "127.0.41.7"
-    off = spawn.worker("off", ip, 8000, None, ATOMSIM_METRICS="0")
+    off = spawn.worker("off", ip, 8000, None, ATOMSIM_METRICS="0", ATOMSIM_ONLY=f"{ip}:8000")
     pin = spawn.worker("pin", ip, 8001, None, ATOMSIM_ATOM_REV="pin")
+    spared = spawn.worker("spared", ip, 8002, None, ATOMSIM_METRICS="0", ATOMSIM_ONLY=f"{ip}:8000")
     for port, proc in ((8000, off), (8001, pin)):
         wait_http(f"http://{ip}:{port}/health", proc=proc)
         status, body = http("GET", f"http://{ip}:{port}/metrics")
         assert status == 404 and json.loads(body) == {"detail": "Not Found"}
+    wait_http(f"http://{ip}:8002/health", proc=spared)
+    assert http("GET", f"http://{ip}:8002/metrics")[0] == 200, "ATOMSIM_ONLY aims the switch at one server"
 
 
 def test_router_metrics_listener_is_its_own_port(spawn):
