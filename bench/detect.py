@@ -79,7 +79,7 @@ async def trial(i: int, base: Workspace, hints: bool) -> dict:
     os.environ["ATOMDECK_SIM_SPEED"] = "1"
     run = await Run.launch(ws, ws.assess())
     if not hints:  # probe-only: what atomdeck does for a program whose log says nothing
-        run._expected_soon = lambda c: False  # type: ignore[method-assign]
+        run.watchers.barrier.expected_soon = lambda c: False  # type: ignore[method-assign]
     opened: dict[str, float] = {}
     run.listeners.append(lambda e: _on(e, opened))
     tcp5: dict[str, float] = {}

@@ -24,8 +24,10 @@ def severity_color(app: App, severity: str) -> str:
 CELL_STYLE = {"open": ("●", "text-success"), "waiting": ("○", "text-muted"), "refused": ("○", "text-muted"),
               "timeout": ("◐", "text-warning"), "closed": ("×", "text-error")}
 STATUS_VARS = {"launching": "text-accent", "starting": "text-accent", "serving": "text-success",
+               "degraded": "text-warning",
                "failed": "text-error", "stopping": "text-warning", "stopped": "text-muted", "dirty": "text-error"}
-STATUS_BG = {"launching": "accent", "starting": "accent", "serving": "success", "failed": "error",
+STATUS_BG = {"launching": "accent", "starting": "accent", "serving": "success", "degraded": "warning",
+             "failed": "error",
              "stopping": "warning", "stopped": "panel", "dirty": "error"}
 
 

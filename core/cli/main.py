@@ -1,4 +1,4 @@
-"""The headless CLI: plan, lint, nodes, up, status, logs, down, runs, bench, compare; `--json` for scripts.
+"""The headless CLI: plan, lint, nodes, up, status, watch, logs, down, runs, bench, compare; `--json` for scripts.
 
 `atomdeck` with no arguments opens the console on the demo cluster.
 """
@@ -77,6 +77,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("status", help="stages, barrier, handshake and router of a run")
     p.add_argument("run", nargs="?", default=None, help="run id (default: the newest)")
     p.add_argument("--json", action="store_true")
+
+    p = sub.add_parser("watch", help="follow a run's events (health, metrics, checks) until Ctrl-C")
+    p.add_argument("run", nargs="?", default=None, help="run id (default: the newest)")
+    p.add_argument("--json", action="store_true", help="one JSON event per line")
 
     p = sub.add_parser("logs", help="print a run's logs")
     p.add_argument("run")

@@ -1,4 +1,4 @@
-"""CLI verbs that act on runs: up, status, logs, down, runs."""
+"""CLI verbs that act on runs: up, status, watch, logs, down, runs."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 import time
 
 from ..run.diagnose import diagnose
-from ..run.events import Event, RunState, jsonable
+from ..run.events import LIVE, Event, RunState, jsonable
 from ..run.run import Run
 from ..run.rundir import RunDir
 
@@ -92,9 +92,9 @@ async def _up(ws, a, args) -> int:
 def status_json(run: Run, state: RunState) -> dict:
     d = diagnose(state)
     return {"run": run.id, "meta": run.rd.meta(), "status": state.status, "readiness": state.readiness(),
-            "diagnosis": state.diagnosis if state.status in ("failed", "serving") else d.headline,
+            "diagnosis": state.diagnosis if state.status in ("failed", *LIVE) else d.headline,
             "details": d.details, "processes": jsonable(state.procs), "barrier": jsonable(state.cells),
-            "handshake": jsonable(state.pairs), "checks": jsonable(state.checks)}
+            "handshake": jsonable(state.pairs), "checks": jsonable(state.checks), "metrics": jsonable(state.metrics)}
 
 
 def status_text(run: Run, state: RunState) -> str:
@@ -104,12 +104,14 @@ def status_text(run: Run, state: RunState) -> str:
     lines = [f"run {run.id}  recipe {meta.get('recipe')}  cluster {meta.get('cluster')} ({meta.get('launcher')})"
              + (f"  job {meta['job_id']}" if meta.get("job_id") else ""),
              f"status {state.status}: {state.readiness()}",
-             f"  {state.diagnosis if state.status in ('failed', 'serving') else d.headline}", "processes:"]
+             f"  {state.diagnosis if state.status in ('failed', *LIVE) else d.headline}", "processes:"]
     for p in state.procs.values():
         alive = {True: "alive", False: "dead", None: "?"}[p.alive]
         since = f"{now - p.since:.0f}s" if p.since else ""
         extra = f" exit {p.exit_code}" if p.exit_code is not None else ""
         lines.append(f"  {p.name:12} {p.node:16} {p.stage:14} {since:>6} {alive}{extra}")
+        if p.health_detail:
+            lines.append(f"    {p.health_detail}")
     lines.append("barrier:")
     for c in state.cells.values():
         mark = {"open": "OK", "closed": "CLOSED"}.get(c.state, "--")
@@ -118,12 +120,72 @@ def status_text(run: Run, state: RunState) -> str:
         lines.append("handshake:")
         for pr in state.pairs.values():
             lines.append(f"  {pr.key:24} {pr.stage}" + (f": {pr.failed}" if pr.failed else ""))
+    if state.metrics:
+        lines.append("metrics:")
+        for name, m in state.metrics.items():
+            lines.append(f"  {name:12} {metrics_words(m)}")
     if state.checks:
         lines.append("router checks:")
         for check in state.checks.values():
             ok = "ok" if check.ok else "FAIL" if check.ok is False else ".."
             lines.append(f"  {check.name:18} {ok}  {check.detail[:100]}")
     return "\n".join(lines)
+
+
+def metrics_words(m: dict) -> str:
+    """One endpoint's latest metrics in a line."""
+    parts = []
+    if m.get("source") == "atom":
+        parts.append(f"{m.get('requests_running', 0):.0f} running, {m.get('requests_waiting', 0):.0f} waiting")
+        if "gen_tok_s" in m:
+            parts.append(f"{m['gen_tok_s']:.1f} gen tok/s, {m.get('prompt_tok_s', 0):.1f} prompt tok/s")
+        if "kv_cache_usage_ratio" in m:
+            parts.append(f"KV cache {100 * m['kv_cache_usage_ratio']:.0f}%")
+    elif m.get("source") == "mesh":
+        parts.append(f"{m.get('router_requests', 0):.0f} requests, {m.get('router_errors', 0):.0f} errors")
+        if "req_s" in m:
+            parts.append(f"{m['req_s']:.2f} req/s, {m.get('errors_s', 0):.2f} errors/s")
+        if m.get("errors_by_type"):
+            parts.append(", ".join(f"{k} {v:.0f}" for k, v in sorted(m["errors_by_type"].items())))
+    else:
+        parts.append(f"no /metrics (older ATOM); router: {m.get('active', 0):.0f} active")
+    return "; ".join(parts)
+
+
+def cmd_watch(args: argparse.Namespace) -> int:
+    """Follow a run's events until Ctrl-C (or until the run is torn down): one line each, or one
+    JSON event per line with --json."""
+    run = Run.open(args.run)
+    t0 = time.time()
+
+    def show(e: Event) -> None:
+        if args.json:
+            print(e.to_json(), flush=True)
+            return
+        if e.kind == "metrics" or (e.kind == "cell" and e.value != "open"):
+            return
+        print(f"[{time.strftime('%H:%M:%S', time.localtime(e.t))}] {e.kind:11} {e.name or '':22} {e.value:13} "
+              f"{e.detail[:160]}", flush=True)
+
+    if args.json:
+        print(json.dumps({"kind": "watching", "name": run.id, "value": run.state.status,
+                          "detail": run.state.diagnosis, "data": {}, "t": t0}), flush=True)
+    else:
+        print(f"watching {run.id}: {run.state.status}: {run.state.diagnosis or diagnose(run.state).headline} "
+              f"(Ctrl-C to stop)", flush=True)
+    run.listeners.append(show)
+
+    async def go() -> None:
+        try:
+            await run.watch(until=lambda s: s.status in ("stopped", "dirty"))
+        finally:
+            await run.close()
+
+    try:
+        asyncio.run(go())
+    except KeyboardInterrupt:
+        return 0
+    return 0
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -260,4 +322,4 @@ def runs_text(runs: list[dict]) -> int:
     return 0
 
 
-__all__ = ["RunDir", "cmd_down", "cmd_logs", "cmd_runs", "cmd_status", "cmd_up"]
+__all__ = ["RunDir", "cmd_down", "cmd_logs", "cmd_runs", "cmd_status", "cmd_up", "cmd_watch"]

@@ -18,36 +18,60 @@ class LineMatch:
 
 
 # (regex, kind, value). Order matters only within a line: the first match wins.
+# Every pattern cites where the real program prints it; docs/log-patterns.md has the full table.
+# pin = ROCm/ATOM 087b82d9 (the AToMesh router pin), head = ROCm/ATOM ffdf3bb5, mc = Mooncake 3b5a59413,
+# C = atom/kv_transfer/disaggregation/mooncake/mooncake_connector.py. Where pin and head word a line
+# differently, the pattern matches both.
 WORKER_PATTERNS: list[tuple[re.Pattern, str, str]] = [
+    # api_server.py pin :1157/:1162, head :2086/:2100
     (re.compile(r"Loading tokenizer from |Initializing engine with model "), "stage", "loading"),
+    # C pin :585, head :843
     (re.compile(r"Mooncake KV registration complete: role="), "stage", "kv_registered"),
+    # engine_core.py pin :155, head :172; api_server.py pin :1187, head :2149 ("... (loop=uvloop)...")
     (re.compile(r"EngineCore fully initialized and ready|Starting server on "), "hint", "binding"),
+    # api_server.py pin :743, head :1163
     (re.compile(r"Server started successfully and ready to accept requests"), "stage", "http_up"),
-    (re.compile(r"\[CONSUMER\] Sending write_request"), "pair", "request"),
+    # the consumer asked for its KV: pin C:722/:679 "Sending write_request ... for req" and C:772
+    # "write_request sent for req N to ADDR"; head C:1026 "write_request sent for req N ... at ADDR"
+    (re.compile(r"\[CONSUMER\] (?:Sending write_request(?: \(block\+slot\))?|write_request sent) for req"), "pair",
+     "request"),
+    # C pin :1184/:1217, head :1684/:1791 (head: "Write-done received for req N (all stages)")
     (re.compile(r"\[PRODUCER\] write-done sent for req|\[CONSUMER\] Write-done received for req"), "pair",
      "transferred"),
+    # C pin :317/:286, head :567/:503 (raised: the traceback's last line)
     (re.compile(r"RuntimeError: Mooncake TransferEngine\.initialize\(\) failed|Mooncake is not installed but"),
      "error", "mooncake-init"),
+    # C pin :545, head :803
     (re.compile(r"batch_register_memory FAILED"), "error", "register"),
-    (re.compile(r"\[PRODUCER\] Timed out waiting for prefill data|\[CONSUMER\] Timed out waiting for write-done"),
-     "pair", "failed"),
+    # C pin :892, head :1202
+    (re.compile(r"\[PRODUCER\] Timed out waiting for prefill data"), "pair", "failed"),
+    # C pin :907, head :1257
     (re.compile(r"\[PRODUCER\] Consumer .* has NO registered buffers"), "pair", "failed"),
-    (re.compile(r"\[PRODUCER\] block transfer failed for req|\[CONSUMER\] Failed to send write_request"),
-     "pair", "failed"),
-    (re.compile(r"\[CONSUMER\] KV checksum mismatch"), "pair", "failed"),
+    # C pin :990/:1032 and :1084, head :1421/:1499/:1556; head only: C:1281 "transfer failed for req",
+    # C:1327 "transfer FAILED for req", C:1244 "src/dst block count mismatch", C:1754 "Write-done nonce mismatch"
+    (re.compile(r"\[PRODUCER\] (?:block |slot )?transfer (?:failed|FAILED) for req|"
+                r"\[PRODUCER\] src/dst block count mismatch|\[CONSUMER\] Write-done nonce mismatch"), "pair", "failed"),
+    # mc transfer_metadata_plugin.cpp:984,1007,1030 (glog PLOG appends ": Connection refused [111]"),
+    # mc transfer_metadata.cpp:1519
     (re.compile(r"SocketHandShakePlugin: connect\(\).*Connection refused|Handshake rejected by"), "pair", "failed"),
+    # mc docs troubleshooting.md:66 (RDMA only)
     (re.compile(r"Failed to modify QP to RTR"), "pair", "failed"),
+    # C pin :786, head :1055
     (re.compile(r"Staging pool exhausted"), "error", "staging-pool"),
-    (re.compile(r"Engine core proc .* died unexpectedly"), "error", "engine-died"),
+    # atom/model_engine/async_proc.py pin :428, head :464: "...: [ModelRunner0/8] proc died unexpectedly (exitcode=..)"
+    (re.compile(r"proc died unexpectedly"), "error", "engine-died"),
+    # Python's own
     (re.compile(r"^Traceback \(most recent call last\)|^\w*(Error|Exception): "), "error", "exception"),
+    # torch / HIP runtime messages
     (re.compile(r"out of memory|HIP error|hipErrorOutOfMemory", re.IGNORECASE), "error", "gpu"),
 ]
 
+# AToMesh: atom/mesh/src in ROCm/ATOM (pin and head); docs/log-patterns.md §3.
 ROUTER_PATTERNS: list[tuple[re.Pattern, str, str]] = [
-    (re.compile(r"Atomesh starting|Starting router on "), "stage", "starting"),
+    (re.compile(r"Atomesh starting|Starting router on "), "stage", "starting"),  # main.rs:28, server.rs:545
     (re.compile(r"Worker initialization job submitted"), "stage", "waiting_workers"),
-    (re.compile(r"All \d+ expected worker"), "stage", "workers_registered"),
-    (re.compile(r"Router ready \|"), "stage", "ready"),
+    (re.compile(r"All \d+ expected worker"), "stage", "workers_registered"),  # pin server.rs:658, head :700
+    (re.compile(r"Router ready \|"), "stage", "ready"),  # server.rs:734
     (re.compile(r"Timed out waiting for workers"), "error", "workers-timeout"),
     (re.compile(r"is not a prefill \(kv_role="), "error", "kv-role"),
     (re.compile(r"ATOM prefill .* failed:|response missing kv_transfer_params|ATOM decode .* returned error"),

@@ -3,10 +3,11 @@ processes are alive, what stage they are in, and their last log lines."""
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass, field
 
-from .events import TERMINAL, CellState, ProcState, RunState
+from .events import HEALTH_STAGES, LIVE, TERMINAL, CellState, ProcState, RunState
 
 STALL_AFTER_S = 60.0  # no new log line for this long while not up: call it stalled
 
@@ -24,16 +25,22 @@ def _ago(t: float, now: float) -> str:
     return f"{s:.0f}s" if s < 120 else f"{s / 60:.0f}m"
 
 
+# access-log lines of atomdeck's own checks say nothing about the process
+_OWN_CHECKS = re.compile(r'"GET /(?:health|metrics|readiness|workers|kv_transfer_info|v1/models) HTTP')
+
+
 def _last(p: ProcState) -> str:
     for line in reversed(p.errors or []):
         return line.strip()[:160]
     for line in reversed(p.last_lines):
-        if line.strip():
+        if line.strip() and not _OWN_CHECKS.search(line):
             return line.strip()[:160]
     return "(no output yet)"
 
 
 def describe_proc(p: ProcState, now: float) -> str:
+    if p.stage in HEALTH_STAGES and p.alive is not False:
+        return f"{p.name} on {p.node} {p.stage} for {_ago(p.since or now, now)}: {p.health_detail}; last: {_last(p)}"
     if p.alive is False or p.stage in TERMINAL:
         how = p.exit_detail or (f"exit {p.exit_code}" if p.exit_code is not None else "gone")
         return f"{p.name} on {p.node} {how}; last: {_last(p)}"
@@ -65,10 +72,21 @@ def diagnose(s: RunState, now: float | None = None) -> Diagnosis:
                              pr.decode)
     failed_checks = [c for c in s.checks.values() if c.ok is False]
     sick = [f"node {n} is {detail or state}" for n, (state, detail, _) in s.conns.items() if state != "ok"]
-    if s.status == "serving":
+    unwell = sorted((p for p in s.procs.values() if p.stage in HEALTH_STAGES), key=lambda p: p.since or now)
+    if unwell:
+        first = unwell[0]
+        word = "degraded" if s.status in LIVE else s.status
+        return Diagnosis(f"{word}: {describe_proc(first, now)}", [], [describe_proc(p, now) for p in unwell] +
+                         sick, first.name)
+    if s.status in LIVE:
         if sick:
             return Diagnosis(f"serving: {s.readiness()}, but {sick[0]}", [], sick)
         return Diagnosis(f"serving: {s.readiness()}")
+    unbound = [c for c in failed_checks if c.name.startswith("bind:") and
+               s.cells.get(f"{c.data.get('node')}:{c.data.get('port')}") is not None and
+               s.cells[f"{c.data.get('node')}:{c.data.get('port')}"].state != "open"]
+    if unbound:
+        return Diagnosis(unbound[0].detail, blocking, [c.detail for c in unbound], unbound[0].name[5:])
     if blocking:
         owners: dict[str, list[CellState]] = {}
         for c in blocking:

@@ -16,16 +16,21 @@ WORKER_STAGES = ("pending", "launching", "loading", "kv_registered", "http_up", 
 ROUTER_STAGES = ("pending", "launching", "starting", "waiting_workers", "workers_registered", "ready", "http_up",
                  "serving")
 TERMINAL = ("failed", "stopped")
+# Health after the start: a process that was up stops answering (unresponsive) or answers but makes no
+# tokens while requests wait (stalled). Entered from any up stage, left back to it on recovery.
+HEALTH_STAGES = ("unresponsive", "stalled")
 PAIR_STAGES = ("waiting", "both_registered", "ports_reachable", "transferred")
 CELL_STATES = ("waiting", "open", "refused", "timeout", "closed")  # closed = was open, now refused
-RUN_STATES = ("launching", "starting", "serving", "failed", "stopping", "stopped", "dirty")
+RUN_STATES = ("launching", "starting", "serving", "degraded", "failed", "stopping", "stopped", "dirty")
+LIVE = ("serving", "degraded")  # the run was up; degraded = an endpoint is unresponsive or stalled, or a pair failed
 
 
 @dataclass(frozen=True)
 class Event:
     """One thing that happened. `kind` picks the part of the state it changes."""
 
-    kind: str  # proc.started | proc.stage | proc.exit | proc.line | cell | pair | check | run | teardown | conn | note
+    kind: str  # proc.started | proc.stage | proc.health | proc.exit | proc.line | cell | pair | check | run |
+    # teardown | conn | note | metrics
     name: str = ""  # the subject: a process, "node:port", "prefill-0>decode-0", a check, a node
     value: str = ""  # the new stage/state/result
     detail: str = ""  # human words: why, the log line, the error
@@ -57,13 +62,28 @@ class ProcState:
     last_lines: deque = field(default_factory=lambda: deque(maxlen=20))
     last_line_at: float = 0.0
     errors: list[str] = field(default_factory=list)  # known fatal or telling lines seen
+    health_from: str = ""  # the stage left for a health stage (unresponsive, stalled), restored on recovery
+    health_detail: str = ""  # why it is unresponsive/stalled: what was asked, alive or not, its state on the node
+    recovered: str = ""  # the last recovery, in words
 
     @property
     def order(self) -> tuple[str, ...]:
         return ROUTER_STAGES if self.role == "router" else WORKER_STAGES
 
+    @property
+    def up_stage(self) -> str:
+        """The start stage reached, whatever the health: the stage a health stage was entered from."""
+        return self.health_from if self.stage in HEALTH_STAGES else self.stage
+
     def advance(self, stage: str, t: float) -> bool:
         if self.stage in TERMINAL:
+            return False
+        if self.stage in HEALTH_STAGES and stage not in TERMINAL:
+            # still unresponsive/stalled: remember the progress, show it on recovery
+            if stage in self.order and self.order.index(stage) > self.order.index(self.health_from or "pending"):
+                self.health_from = stage
+                self.stages.setdefault(stage, t)
+                return True
             return False
         if stage not in TERMINAL:
             if stage not in self.order or self.order.index(stage) <= self.order.index(self.stage):
@@ -126,6 +146,7 @@ class RunState:
     teardown: dict[str, str] = field(default_factory=dict)  # process or node -> what happened
     notes: deque = field(default_factory=lambda: deque(maxlen=50))
     started: float = 0.0
+    metrics: dict[str, dict] = field(default_factory=dict)  # endpoint -> latest values and rates
 
     def apply(self, e: Event) -> bool:
         """Fold one event in. Returns True when the visible state changed."""
@@ -149,6 +170,32 @@ class RunState:
         if e.detail and e.value == "failed":
             p.errors.append(e.detail)
         return p.advance(e.value, e.t)
+
+    def _on_proc_health(self, e: Event) -> bool:
+        """value: unresponsive | stalled | ok (recovered)."""
+        p = self.procs.get(e.name)
+        if p is None or p.stage in TERMINAL:
+            return False
+        if e.value in HEALTH_STAGES:
+            if p.stage == e.value and p.health_detail == e.detail:
+                return False
+            if p.stage not in HEALTH_STAGES:
+                p.health_from = p.stage
+            if p.stage != e.value:
+                p.since = e.t
+            p.stage, p.health_detail = e.value, e.detail
+            p.stages.setdefault(e.value, e.t)
+            return True
+        if p.stage not in HEALTH_STAGES:
+            return False
+        p.stage, p.since = p.health_from or "serving", e.t
+        p.health_from, p.health_detail, p.recovered = "", "", e.detail
+        return True
+
+    def _on_metrics(self, e: Event) -> bool:
+        """Latest metrics of one endpoint (values and derived rates); not persisted."""
+        self.metrics[e.name] = dict(e.data)
+        return True
 
     def _on_proc_error(self, e: Event) -> bool:
         p = self.procs.get(e.name)
@@ -241,7 +288,8 @@ class RunState:
             if p.role == "router":
                 continue
             up, total = out.get(p.role, (0, 0))
-            reached = p.stage not in TERMINAL and WORKER_STAGES.index(p.stage) >= WORKER_STAGES.index("http_up")
+            st = p.stage  # an unresponsive or stalled endpoint is not counted as up
+            reached = st in WORKER_STAGES and WORKER_STAGES.index(st) >= WORKER_STAGES.index("http_up")
             out[p.role] = (up + int(reached), total + 1)
         return out
 
@@ -253,6 +301,7 @@ class RunState:
         router = self.procs.get("router")
         if router is not None:
             word = {"serving": "router serving", "http_up": "router ready", "failed": "router failed",
+                    "unresponsive": "router unresponsive", "stalled": "router stalled",
                     "stopped": "router stopped"}.get(router.stage, f"router {router.stage.replace('_', ' ')}")
             parts.append(word)
         return " ".join(parts)

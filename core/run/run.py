@@ -30,11 +30,11 @@ from .barrier import BarrierProber
 from .diagnose import diagnose
 from .events import Event, RunState, new_state, replay
 from .rundir import RunDir, new_run_id
-from .watching import RunWatching, cancel_all
+from .watchers import Watchers, cancel_all, keep_going
 
 DEFAULT_GRACE = 10.0
-PERSIST = {"proc.started", "proc.stage", "proc.exit", "proc.error", "cell", "pair", "check", "run", "teardown",
-           "conn", "note"}
+PERSIST = {"proc.started", "proc.stage", "proc.health", "proc.exit", "proc.error", "cell", "pair", "check", "run",
+           "teardown", "conn", "note"}
 
 
 def make_launcher(cluster: Cluster, run_id: str, run_dir: str, meta: dict | None = None) -> Launcher:
@@ -80,8 +80,9 @@ class TeardownReport:
                 "released": self.released}
 
 
-class Run(RunWatching):
-    """One deployment, live or reattached. Watching lives in watching.py (RunWatching)."""
+class Run:
+    """One deployment, live or reattached. It HAS its watchers (run/watchers/: logs, barrier, pairs,
+    router, nodes, timeouts, binding, health, metrics), each a small object that reports by events."""
 
     def __init__(self, rd: RunDir, recipe: Recipe, cluster: Cluster, plan: Plan, processes: list[ProcessSpec],
                  launcher: Launcher, state: RunState):
@@ -98,12 +99,37 @@ class Run(RunWatching):
         self.listeners: list[Callable[[Event], None]] = []
         self.line_listeners: list[Callable[[str, str], None]] = []
         self.stopping = False
-        self.prober: BarrierProber | None = None  # type: ignore[assignment]  # the RunWatching mixin infers it non-optional
         self._changed = asyncio.Event()
-        self._hints: set[str] = set()
-        self._decode_target: dict[str, str] = {}
-        self._background: set[asyncio.Task] = set()
         self._secrets = {k: v for p in processes for k, v in p.all_env().items() if is_secret(k) and v and v != MASK}
+        self.watchers = Watchers(self, self._changed)
+
+    # ---------------------------------------------------------------------------------------- watching
+    async def watch(self, until: Callable[[RunState], bool] | None = None, timeout: float | None = None) -> RunState:
+        """Watch every process, port and check until `until(state)` holds, the timeout passes, or cancelled."""
+        return await self.watchers.watch(until, timeout)
+
+    async def refresh(self) -> RunState:
+        """One bounded pass of every watcher (for `atomdeck status`), health and metrics included."""
+        return await self.watchers.refresh()
+
+    @property
+    def prober(self) -> BarrierProber | None:
+        return self.watchers.barrier.prober
+
+    def redact(self, line: str) -> str:
+        return redact_line(line, self._secrets)
+
+    def emit_stage(self, name: str, stage: str, detail: str = "") -> bool:
+        before = self.state.procs[name].stage
+        self.emit(Event("proc.stage", name, stage, detail))
+        return self.state.procs[name].stage != before
+
+    def _on_line(self, name: str, raw: str) -> None:
+        """A log line of a process, as its log watcher takes it (tests feed lines here)."""
+        self.watchers.logs.on_line(name, raw)
+
+    async def _keep_going(self, what: str, factory, first_delay: float = 1.0) -> None:
+        await keep_going(self.emit, what, factory, first_delay)
 
     # ---------------------------------------------------------------------------------------- creation
     @classmethod
@@ -223,7 +249,7 @@ class Run(RunWatching):
         if detail is None:
             detail = diagnose(self.state).headline
         self.emit(Event("run", value=status, detail=detail))
-        if status in ("serving", "failed", "stopped", "dirty"):
+        if status in ("serving", "degraded", "failed", "stopped", "dirty"):
             try:
                 self.rd.update_meta(status=status, diagnosis=detail)
             except AtomdeckError:

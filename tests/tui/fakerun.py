@@ -71,18 +71,20 @@ def _worker_log(spec, lines: str) -> list[str]:
 
 def fake_run(scenario: str = "serving", recipe: str = "demo-1p1d", run_id: str | None = None) -> Run:
     """scenario: serving | hung (decode never binds) | crashed (decode exits 3 while loading) |
-    starting (halfway up)."""
+    starting (halfway up) | degraded (serving with metrics, then decode-0 frozen: unresponsive) |
+    matrix (serving, with a made-up 16x16 pair set, three pairs failed: the handshake matrix)."""
     ws = load_workspace(recipe, "local")
     ws.inventory = ws.cluster.static_inventory()
     a = ws.assess()
     plan = a.plan
-    run_id = run_id or f"20250101-115845-{recipe}-{ {'serving': 'a1b2', 'hung': 'c3d4', 'crashed': 'e5f6'}.get(scenario, '0000')}"
+    run_id = run_id or f"20250101-115845-{recipe}-{ {'serving': 'a1b2', 'hung': 'c3d4', 'crashed': 'e5f6', 'degraded': 'g7h8', 'matrix': 'i9j0'}.get(scenario, '0000')}"
     T0 = LAUNCHED.timestamp()  # local time, like the app's clock
     rd = RunDir.create(run_id)
     meta = RunDir.initial_meta(run_id, recipe, "local", "local")
     meta["created"] = T0
     meta["fake"] = True  # nothing runs: tests' cleanup must not try to stop its made-up PIDs
-    meta["status"] = {"serving": "serving", "crashed": "failed"}.get(scenario, "starting")
+    meta["status"] = {"serving": "serving", "crashed": "failed", "degraded": "degraded",
+                      "matrix": "serving"}.get(scenario, "starting")
     meta["diagnosis"] = {"serving": "serving: 1/1P 1/1D router serving; smoke 8 tokens",
                          "crashed": "decode-0 on demo-n02 exited 3; last: torch.OutOfMemoryError: HIP out of memory "
                                     "during cudagraph capture. Tried to allocate 1.50 GiB."}.get(scenario, "")
@@ -98,6 +100,8 @@ def fake_run(scenario: str = "serving", recipe: str = "demo-1p1d", run_id: str |
     cells = [{"node": c.node, "host": c.host, "port": c.port, "role": c.role, "kind": c.kind, "owner": c.owner}
              for c in plan.barrier]
     pairs = [(p.name, d.name) for p in plan.role_endpoints("prefill") for d in plan.role_endpoints("decode")]
+    if scenario == "matrix":  # a 16P16D pair set on the demo's processes: the panel's look at scale
+        pairs = [(f"prefill-{i}", f"decode-{j}") for i in range(16) for j in range(16)]
     state = new_state(run_id, [(p.name, p.role, p.node) for p in a.processes], cells, pairs)
     run = Run(rd, plan.recipe, plan.cluster, plan, a.processes, None, state)  # type: ignore[arg-type]
     logs: dict[str, list[str]] = {}
@@ -153,7 +157,17 @@ def fake_run(scenario: str = "serving", recipe: str = "demo-1p1d", run_id: str |
         from atomdeck.core.run.diagnose import diagnose
 
         at(0.76, "run", value="failed", detail=diagnose(run.state, T0 + 0.76).headline)
-    if scenario == "serving":
+    live = scenario in ("serving", "degraded", "matrix")
+    if scenario == "matrix":
+        for k, pr in enumerate(run.state.pairs.values()):
+            stage = "transferred" if k % 7 else "ports_reachable"
+            at(0.95, "pair", pr.key, stage, "")
+        for key in ("prefill-3>decode-11", "prefill-9>decode-11", "prefill-14>decode-11"):
+            p_i = int(key.split(">")[0].split("-")[1])
+            at(1.3, "pair", key, "failed", f"decode-11 on mia1-p02-g11 cannot reach prefill-{p_i} 10.77.0.{p_i + 11}:6301 "
+               "(timeout); reachable from the console host: the path between the nodes is blocked; decode-11 sent "
+               "write_request for req 41 5s ago and got no write-done")
+    if live:
         at(0.95, "pair", "prefill-0>decode-0", "both_registered", "both sides registered their KV memory")
         at(0.96, "pair", "prefill-0>decode-0", "ports_reachable", "127.0.0.11:6301-6308 reachable from this machine")
         at(1.0, "proc.stage", "router", "workers_registered")
@@ -174,6 +188,34 @@ def fake_run(scenario: str = "serving", recipe: str = "demo-1p1d", run_id: str |
         for p in workers:
             at(1.25, "proc.stage", p.name, "serving")
         at(1.26, "run", value="serving", detail="serving: 1/1P 1/1D router serving; smoke 8 tokens")
+    if scenario == "degraded":
+        import math
+
+        for name, src in (("prefill-0", "atom"), ("decode-0", "atom"), ("router", "mesh")):
+            key = {"prefill-0": "prompt_tok_s", "decode-0": "gen_tok_s", "router": "req_s"}[name]
+            scale = {"prefill-0": 2400.0, "decode-0": 310.0, "router": 3.1}[name]
+            hist = [round(scale * (0.55 + 0.4 * math.sin(i / 4.0)), 2) for i in range(40)]
+            if name != "prefill-0":
+                hist[-4:] = [0.0, 0.0, 0.0, 0.0]  # the decode froze: nothing comes out any more
+            data = {"source": src, "t": T0 + 70, key: hist[-1], "history": {key: hist}}
+            if src == "atom":
+                data |= {"requests_running": 4 if name == "decode-0" else 0, "requests_waiting": 2 if name ==
+                         "decode-0" else 0, "kv_cache_usage_ratio": 0.37 if name == "decode-0" else 0.08,
+                         "prompt_tok_s": hist[-1] if name == "prefill-0" else 0.0}
+            else:
+                data |= {"router_requests": 212, "router_errors": 3, "errors_by_type": {"timeout": 3},
+                         "responses_by_status": {"200": 205, "504": 3}, "errors_s": 0.5}
+            at(70.0, "metrics", name, src, **data)
+        at(66.0, "proc.health", "decode-0", "unresponsive",
+           "GET /health on demo-n02:8020: no answer within 1.5s; process alive, state T (stopped) (pid 41212 "
+           "python3)", node="demo-n02", port=8020, path="/health")
+        from atomdeck.core.run.diagnose import diagnose
+
+        at(66.1, "run", value="degraded", detail=diagnose(run.state, T0 + 66.1).headline)
+    if scenario == "matrix":
+        from atomdeck.core.run.diagnose import diagnose
+
+        at(1.31, "run", value="degraded", detail=diagnose(run.state, T0 + 1.31).headline)
     for name, lines in logs.items():
         rd.log_path(name).write_text("\n".join(lines) + "\n")
         p = run.state.procs[name]

@@ -73,10 +73,10 @@ def _fake(scenario: str, recipe: str = "demo-1p1d"):
     return fake_run(scenario, recipe)
 
 
-def _run(scenario: str, then: Step | None = None) -> Step:
+def _run(scenario: str, then: Step | None = None, recipe: str = "demo-1p1d") -> Step:
     async def step(pilot) -> None:
         app = pilot.app
-        run = _fake(scenario)
+        run = _fake(scenario, recipe)
         app.runs.attach(run, watch=False)
         app.live.watching = True  # as it would be: these runs are made up, a real one is watched
         app.switch_mode("run")
@@ -99,6 +99,13 @@ async def _bench(pilot) -> None:
     app.runs.attach(run, watch=False)
     app.switch_mode("bench")
     await pilot.pause(0.3)
+
+
+async def _focus_pairs(pilot) -> None:
+    """Scroll the handshake panel into view (at 100x30 it is below the tables)."""
+    box = pilot.app.screen.query_one("#pairs-box")
+    box.scroll_visible(animate=False, top=True)
+    await pilot.pause()
 
 
 def _feed(app, name: str, lines: list[str]) -> None:
@@ -218,6 +225,10 @@ SHOTS: dict[str, tuple[dict, tuple[int, int], Step]] = {
     "24-preflight-failed": ({"recipe": "dsv4-fp4-mi355x-2p1d-dpa", "cluster": "mia1", "offline": True,
                              "named_nodes": MIA1, "fetch": _offline}, BIG, _preflight),
     "25-bench-pareto": ({}, BIG, _bench),
+    "26-run-degraded-serving-panel": ({}, BIG, _run("degraded")),
+    "27-run-degraded-100x30": ({}, SMALL, _run("degraded")),
+    "28-run-pair-matrix-16x16": ({}, BIG, _run("matrix", _focus_pairs)),
+    "29-run-pair-matrix-100x30": ({}, SMALL, _run("matrix", _focus_pairs)),
 }
 
 

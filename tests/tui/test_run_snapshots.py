@@ -107,3 +107,18 @@ def test_run_view_without_a_run(snap_compare):
         await pilot.app.workers.wait_for_complete()
         await pilot.press("4")
     assert snap_compare(make_app(), terminal_size=SMALL, run_before=run_before)
+
+
+def test_run_view_degraded_with_serving_panel(snap_compare):
+    """Issue 14: a frozen decode while serving: DEGRADED, the stage `unresponsive`, its /proc state in the
+    headline, the Serving panel with a sparkline per endpoint and the router's errors."""
+    assert snap_compare(make_app(), terminal_size=BIG, run_before=_show("degraded"))
+
+
+def test_run_view_pair_matrix_small_terminal(snap_compare):
+    """Issue 14: 256 pairs as a prefill x decode matrix with the failing pairs listed, at 100x30."""
+    async def focus(pilot, run):
+        pilot.app.screen.query_one("#pairs-box").scroll_visible(animate=False, top=True)
+        await pilot.pause()
+
+    assert snap_compare(make_app(), terminal_size=SMALL, run_before=_show("matrix", then=focus))

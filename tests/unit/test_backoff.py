@@ -14,7 +14,7 @@ from atomdeck.core.remote.ssh.tail import TAIL_RETRY
 from atomdeck.core.remote.ssh.target import SSH_RECONNECT, SshTarget
 from atomdeck.core.run.barrier import PROBE_BACKOFF, BarrierProber
 from atomdeck.core.run.events import CellState
-from atomdeck.core.run.watching import WATCHER_RETRY
+from atomdeck.core.run.watchers.base import WATCHER_RETRY  # was run.watching (the RunWatching mixin)
 
 from tests.conftest import ROOT
 

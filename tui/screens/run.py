@@ -19,8 +19,10 @@ from ...core.run.diagnose import diagnose
 from .. import bindings
 from ..widgets.barrier_grid import LEGEND, BarrierGrid
 from ..widgets.context_bar import ContextBar
+from ..widgets.pair_matrix import LEGEND as PAIR_LEGEND
 from ..widgets.process_table import ProcessTable
-from ..widgets.run_panels import HandshakePanel, NodesPanel, RouterPanel, RunHeader, TailPanel, WhyPanel
+from ..widgets.run_panels import MATRIX_FROM, HandshakePanel, NodesPanel, RouterPanel, RunHeader, TailPanel, WhyPanel
+from ..widgets.serving_panel import ServingPanel
 
 if TYPE_CHECKING:
     from ..app import ConsoleApp
@@ -92,6 +94,9 @@ class RunScreen(Screen):
                 with Vertical(id="router-box", classes="run-box") as box:
                     box.border_title = "Router · AToMesh"
                     yield RouterPanel(id="router")
+                with Vertical(id="serving-box", classes="run-box") as box:
+                    box.border_title = "Serving · live metrics"
+                    yield ServingPanel(id="serving")
                 with Vertical(id="pairs-box", classes="run-box") as box:
                     box.border_title = "KV handshake · Mooncake"
                     yield HandshakePanel(id="pairs")
@@ -149,6 +154,7 @@ class RunScreen(Screen):
             return
         if live is not self.shown:
             self.shown, self.culprit, self.tail_name = live, None, None
+            self.query_one(ServingPanel).reset()
             table = self.query_one(ProcessTable)
             table.touched = False
             if self.focused is None or not self.focused.display:
@@ -157,6 +163,8 @@ class RunScreen(Screen):
         run, state = live.run, live.state
         self.drawn_version = live.version
         now = app.now()
+        if state.status in ("failed", "stopped", "dirty") and state.since:
+            now = min(now, state.since)  # a run that ended: its clocks stop where it ended
         d = diagnose(state, now)
         note = "tearing down…" if live.teardown_running else ""
         self.query_one(RunHeader).show(state, d, now, watching=live.watching, note=note)
@@ -172,6 +180,11 @@ class RunScreen(Screen):
         self.query_one(RouterPanel).show(state, now, node=run.plan.router.node, url=run.plan.router.url,
                                          model=run.recipe.model.client_name)
         self.query_one(HandshakePanel).show(state, now)
+        pairs_box = self.query_one("#pairs-box")
+        pairs_box.border_subtitle = PAIR_LEGEND if len(state.pairs) >= MATRIX_FROM else ""
+        self.query_one("#serving-box").display = bool(state.metrics)
+        if state.metrics:
+            self.query_one(ServingPanel).show(state)
         self.query_one(NodesPanel).show(state, [n.name for n in run.plan.nodes], now, run.cluster.launcher)
         self.query_one(WhyPanel).show(state, d)
         self._draw_tail()

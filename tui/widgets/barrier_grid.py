@@ -60,6 +60,7 @@ class BarrierGrid(DataTable):
         self.column_keys: list[str] = []
         self.blocking: set[str] = set()  # cell keys ("node:port") marked as blocking
         self.quiet = False
+        self.timed_out = False
 
     @property
     def current(self) -> str | None:
@@ -73,6 +74,7 @@ class BarrierGrid(DataTable):
         nodes = list(dict.fromkeys(c.node for c in cells))
         self.blocking = {c.key for c in blocking}
         self.quiet = state.status in ("stopping", "stopped")  # closed ports are the point of a teardown
+        self.timed_out = state.status == "failed"  # a cell still not open when the run gave up: timed out
         start = state.started or now
         rows = {n: [self._cell(groups.get((n, key), []), now, start) for key, _ in columns] for n in nodes}
         keys = [k for k, _ in columns]
@@ -97,6 +99,10 @@ class BarrierGrid(DataTable):
     def _cell(self, members: list[CellState], now: float, start: float) -> Text:
         if not members:
             return Text("·", style="dim", justify="center")
+        if self.timed_out:
+            members = [c if c.state not in ("waiting", "refused") else
+                       CellState(c.node, c.host, c.port, c.role, c.kind, c.owner, "timeout", c.since, c.was_open)
+                       for c in members]
         states = {c.state for c in members}
         newest = max((c.since for c in members), default=0.0) or start
         since = ago(now - newest)

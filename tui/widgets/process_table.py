@@ -66,7 +66,9 @@ class ProcessTable(DataTable):
         err = var_color(app, "text-error", "red")
         ok = var_color(app, "text-success", "green")
         color = role_color(app, p.role)
-        stage_style = {"failed": f"bold {err}", "stopped": "dim", "serving": ok}.get(p.stage, "")
+        warn = var_color(app, "text-warning", "yellow")
+        stage_style = {"failed": f"bold {err}", "stopped": "dim", "serving": ok, "unresponsive": f"bold {err}",
+                       "stalled": f"bold {warn}"}.get(p.stage, "")
         since = ago(now - p.since) if p.since else ""
         if p.alive is False:
             code = p.exit_code
@@ -94,5 +96,6 @@ def _bar(p: ProcState) -> Text:
     if p.stage in TERMINAL:
         reached = max((steps.index(s) + 1 for s in p.stages if s in steps), default=0)
         return Text("■" * reached + "□" * (len(steps) - reached), style="dim")
-    reached = steps.index(p.stage) + 1 if p.stage in steps else 0
+    stage = p.up_stage  # unresponsive/stalled: the stages reached before
+    reached = steps.index(stage) + 1 if stage in steps else 0
     return Text("■" * reached + "□" * (len(steps) - reached))

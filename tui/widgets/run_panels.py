@@ -16,6 +16,9 @@ from ...core.run.events import PAIR_STAGES, ROUTER_STAGES, CheckState, RunState
 from ..formatting import ago, words
 from ..logtext import HIGHLIGHT, clean
 from ..palette import STATUS_BG, role_color, var_color
+from .pair_matrix import pair_matrix
+
+MATRIX_FROM = 5  # pairs: from this many on, the handshake panel is a prefill x decode matrix
 
 CHECKS = [("readiness", "/readiness"), ("workers", "/workers"), ("models", "/v1/models"), ("smoke", "smoke request")]
 PAIR_WORDS = {"both_registered": "both registered", "ports_reachable": "ports reachable",
@@ -50,7 +53,7 @@ class RunHeader(Static):
 
 
 def _severity(status: str) -> str:
-    return {"serving": "ok", "failed": "error", "dirty": "error", "stopping": "warning",
+    return {"serving": "ok", "degraded": "warning", "failed": "error", "dirty": "error", "stopping": "warning",
             "stopped": "ok"}.get(status, "info")
 
 
@@ -127,6 +130,10 @@ class HandshakePanel(Static):
             self.update(out)
             return
         ok_style = var_color(app, "text-success")
+        if len(state.pairs) >= MATRIX_FROM:
+            out.append_text(pair_matrix(state, app, max(20, self.size.width or 56)))
+            self.update(out)
+            return
         for i, pr in enumerate(state.pairs.values()):
             if i:
                 out.append("\n")
@@ -195,6 +202,8 @@ class WhyPanel(Static):
         app = self.app
         out = Text()
         details = d.details or ([d.headline] if state.status not in ("serving", "stopped") else [])
+        recovered = [f"{p.name}: recovered, {p.recovered}" for p in state.procs.values() if p.recovered]
+        details = details + recovered
         if not details:
             out.append("nothing to explain: " + (d.headline or state.status), style="dim")
         for i, line in enumerate(details):

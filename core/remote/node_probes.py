@@ -1,0 +1,145 @@
+"""Looks taken ON a node (not from the console host): TCP reachability of other nodes' ports, and a
+process's state and listening sockets read from /proc. Each is one short python3 command run by the
+caller's `node_run` (locally for the local launcher, through the node's SSH shell, or as an
+`srun --overlap` step in the run's job), so it sees the node's own network namespace and routes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from .shell import Result
+
+NodeRun = Callable[[list[str], float], Awaitable[Result]]
+
+# argv: timeout host:port ... -> one line per target: "host:port result"
+_CONNECT = r'''
+import errno, socket, sys
+from concurrent.futures import ThreadPoolExecutor
+t = float(sys.argv[1])
+def one(a):
+    h, p = a.rsplit(":", 1)
+    h = h.strip("[]")
+    s = socket.socket(socket.AF_INET6 if ":" in h else socket.AF_INET)
+    s.settimeout(t)
+    try:
+        s.connect((h, int(p)))
+        r = "open"
+    except socket.timeout:
+        r = "timeout"
+    except ConnectionRefusedError:
+        r = "refused"
+    except OSError as e:
+        r = {errno.ETIMEDOUT: "timeout", errno.ECONNREFUSED: "refused"}.get(e.errno, "unreachable")
+    finally:
+        s.close()
+    return a, r
+with ThreadPoolExecutor(16) as ex:
+    for a, r in ex.map(one, sys.argv[2:]):
+        print(a, r, flush=True)
+'''
+
+# argv: marker (ATOMDECK_RUN=run:name) -> per process of the marker: "proc PID STATE COMM LISTEN,..."
+_PROCS = r'''
+import os, socket, sys
+mark = sys.argv[1].encode()
+me = os.getpid()
+def addr(hexa):
+    a, p = hexa.split(":")
+    raw = bytes.fromhex(a)
+    if len(raw) == 4:
+        ip = socket.inet_ntop(socket.AF_INET, raw[::-1])
+    else:
+        ip = socket.inet_ntop(socket.AF_INET6, b"".join(raw[i:i + 4][::-1] for i in range(0, 16, 4)))
+        ip = "[" + ip + "]"
+    return ip + ":" + str(int(p, 16))
+for d in os.listdir("/proc"):
+    if not d.isdigit() or int(d) == me:
+        continue
+    try:
+        if mark not in open("/proc/%s/environ" % d, "rb").read().split(b"\0"):
+            continue
+        st = open("/proc/%s/stat" % d).read()
+    except OSError:
+        continue
+    comm = st[st.index("(") + 1:st.rindex(")")].replace(" ", "_")
+    state = st.rsplit(")", 1)[1].split()[0]
+    if comm == "srun":
+        continue  # the Slurm client of the step, not the process on the node
+    inodes = set()
+    try:
+        for fd in os.listdir("/proc/%s/fd" % d):
+            try:
+                link = os.readlink("/proc/%s/fd/%s" % (d, fd))
+            except OSError:
+                continue
+            if link.startswith("socket:["):
+                inodes.add(link[8:-1])
+    except OSError:
+        pass
+    listen = set()
+    for fam in ("tcp", "tcp6"):
+        try:
+            rows = open("/proc/%s/net/%s" % (d, fam)).read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            f = row.split()
+            if len(f) > 9 and f[3] == "0A" and f[9] in inodes:
+                listen.add(addr(f[1]))
+    print("proc", d, state, comm, ",".join(sorted(listen)) or "-", flush=True)
+'''
+
+STATE_WORDS = {"R": "running", "S": "sleeping", "D": "disk sleep", "T": "stopped", "t": "tracing stop",
+               "Z": "zombie", "X": "dead", "I": "idle"}
+_WORST = "TtDZXRSI"  # the state to report when a process group has several
+
+
+async def connect_from_node(node_run: NodeRun, targets: list[tuple[str, int]], timeout: float = 1.0) -> dict:
+    """(host, port) -> 'open' | 'refused' | 'timeout' | 'unreachable', connected from the node itself.
+    Raises RuntimeError when the command could not run there (no python3, node unreachable)."""
+    if not targets:
+        return {}
+    args = [f"[{h}]:{p}" if ":" in h else f"{h}:{p}" for h, p in targets]
+    res = await node_run(["python3", "-c", _CONNECT, str(timeout), *args], timeout + 20)
+    found: dict[tuple[str, int], str] = {}
+    for line in res.stdout.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and ":" in parts[0]:
+            h, p = parts[0].rsplit(":", 1)
+            found[(h.strip("[]"), int(p))] = parts[1]
+    if not found:
+        raise RuntimeError(res.explain())
+    return found
+
+
+@dataclass
+class NodeProc:
+    pid: int
+    state: str  # the /proc state letter
+    comm: str
+    listening: list[str] = field(default_factory=list)  # "ip:port" of its listening TCP sockets
+
+    @property
+    def state_words(self) -> str:
+        return f"{self.state} ({STATE_WORDS.get(self.state, '?')})"
+
+
+async def processes_on_node(node_run: NodeRun, marker: str, timeout: float = 10.0) -> list[NodeProc]:
+    """The processes carrying atomdeck's environment marker (ATOMDECK_RUN=run:name) on the node, with
+    their /proc state and what they listen on. Raises RuntimeError when it could not look."""
+    res = await node_run(["python3", "-c", _PROCS, f"ATOMDECK_RUN={marker}"], timeout)
+    if not res.ok and not res.stdout.strip():
+        raise RuntimeError(res.explain())
+    out = []
+    for line in res.stdout.splitlines():
+        f = line.split()
+        if len(f) == 5 and f[0] == "proc":
+            out.append(NodeProc(int(f[1]), f[2], f[3], [] if f[4] == "-" else f[4].split(",")))
+    return out
+
+
+def worst(procs: list[NodeProc]) -> NodeProc | None:
+    """The process whose state tells most (stopped beats running beats sleeping)."""
+    return min(procs, key=lambda p: _WORST.index(p.state) if p.state in _WORST else 99, default=None)

@@ -1,0 +1,88 @@
+"""What a watcher may use of the run it watches, and the helpers every watcher shares.
+
+A watcher is a small object that HAS a reference to its run (composition): it reads the run's state
+and plan, talks to nodes through the run's launcher, and reports only by emitting events. Any object
+with these attributes can host one, so each watcher is testable alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
+from typing import TYPE_CHECKING, Protocol
+
+from ...remote.backoff import Backoff
+from ..events import Event, RunState
+
+if TYPE_CHECKING:
+    from ...config.recipe import Recipe
+    from ...design.plan import Plan
+    from ...launch.base import Launcher, ProcHandle
+
+
+class RunHost(Protocol):
+    id: str
+    state: RunState
+    plan: Plan
+    recipe: Recipe
+    launcher: Launcher
+    handles: dict[str, ProcHandle]
+    offsets: dict[str, int]
+    stopping: bool
+    line_listeners: list[Callable[[str, str], None]]
+
+    def emit(self, e: Event) -> None: ...
+
+    def emit_stage(self, name: str, stage: str, detail: str = "") -> bool: ...
+
+    def _fail(self, why: str | None = None) -> None: ...
+
+    def _set_status(self, status: str, detail: str | None = None) -> None: ...
+
+    def save_offsets(self) -> None: ...
+
+    def torn_down_elsewhere(self) -> bool: ...
+
+    def redact(self, line: str) -> str: ...
+
+
+async def cancel_all(tasks: list[asyncio.Task]) -> None:
+    """Cancel tasks and wait for them; re-cancel any that swallowed the first cancellation."""
+    pending = [t for t in tasks if not t.done()]
+    for _ in range(10):
+        if not pending:
+            return
+        for t in pending:
+            t.cancel()
+        _, still = await asyncio.wait(pending, timeout=0.5)
+        pending = list(still)
+
+
+# a watcher that failed runs again after 1 s (first_delay), ×2, at most 15 s apart, forever
+WATCHER_RETRY = Backoff(first_s=1.0, factor=2.0, max_s=15.0, give_up_s=None)
+
+
+async def keep_going(emit: Callable[[Event], None], what: str, factory: Callable[[], Awaitable[None]],
+                     first_delay: float = 1.0) -> None:
+    """Run a watcher; if it fails (an SSH connection to the login host dropped under a `cat` or a
+    `squeue`), say so and run it again with back-off, instead of watching nothing from then on
+    while the run still looks watched. Logs resume from the saved offsets: no line twice."""
+    delays = replace(WATCHER_RETRY, first_s=first_delay).delays()
+    while True:
+        try:
+            await factory()
+            return
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            delay = next(delays)
+            emit(Event("note", what, detail=f"{what} failed ({e}); trying again in {delay:g}s"))
+            await asyncio.sleep(delay)
+
+
+def background(tasks: set[asyncio.Task], coro: Awaitable[None]) -> None:
+    """Start a short job and keep a reference until it is done (the watch cancels what is left)."""
+    task = asyncio.ensure_future(coro)
+    tasks.add(task)
+    task.add_done_callback(tasks.discard)

@@ -1,0 +1,122 @@
+"""Every process's liveness and log: follow the log from the saved offset, classify each line, and
+record how the process ended (its last lines say why)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING
+
+from ..classify import classify
+from ..events import TERMINAL, Event
+from .base import RunHost, cancel_all, keep_going
+
+if TYPE_CHECKING:
+    from ...launch.base import ProcHandle
+    from . import Watchers
+
+YEAR = 3600 * 24 * 365
+
+
+class LogWatcher:
+    def __init__(self, run: RunHost, group: Watchers):
+        self.run = run
+        self.group = group
+
+    async def watch_proc(self, name: str) -> None:
+        run = self.run
+        h = run.handles[name]
+        tail = asyncio.create_task(keep_going(run.emit, f"reading {name}'s log", lambda: self.tail(name, h)))
+        try:
+            p = run.state.procs[name]
+            if p.alive is False and p.stage in TERMINAL:
+                await asyncio.sleep(YEAR)  # already over: keep the tail only
+            status = await run.launcher.wait(h)
+            # read the log to its end first: the last lines usually say why it ended
+            await cancel_all([tail])
+            await self.drain(name, h, idle=0.15 if h.launcher != "ssh" else 0.6)
+            last = list(run.state.procs[name].last_lines)[-10:]
+            if not run.stopping and run.torn_down_elsewhere():
+                run.stopping = True
+            value = "stopped" if run.stopping else "failed"
+            detail = status.detail if status.exit_code != 0 or run.stopping else "exited 0 unexpectedly"
+            run.emit(Event("proc.exit", name, value, detail, {"code": status.exit_code, "last_lines": last}))
+            self.group.barrier.wake(h.node)
+            if not run.stopping:
+                run._fail()
+            tail = asyncio.create_task(self.tail(name, h))  # a few more lines may come over slow links
+            await asyncio.sleep(YEAR)
+        finally:
+            await cancel_all([tail])
+
+    async def tail(self, name: str, h: ProcHandle) -> None:
+        async for off, line in self.run.launcher.tail(h, self.run.offsets.get(name, 0)):
+            self.run.offsets[name] = off
+            self.on_line(name, line)
+
+    def on_line(self, name: str, raw: str) -> None:
+        run, g = self.run, self.group
+        p = run.state.procs.get(name)
+        if p is None:
+            return
+        line = run.redact(raw)  # everything kept or shown from here on is redacted
+        p.last_lines.append(line)
+        p.last_line_at = time.time()
+        for fn in list(run.line_listeners):
+            fn(name, line)
+        m = classify(line, p.role)
+        if m is None:
+            return
+        if m.kind == "stage":
+            if run.emit_stage(name, m.value) and m.value in ("kv_registered",):
+                g.barrier.wake(p.node)
+            if p.role == "router" and m.value == "workers_registered":
+                for w in run.state.procs.values():
+                    if w.role != "router" and w.stage == "http_up":
+                        run.emit_stage(w.name, "registered")
+            if p.role == "router" and m.value == "ready":
+                g.binding.ready(name, line)
+        elif m.kind == "hint":
+            g.barrier.hint(name, p.node)
+            if m.value == "binding":
+                g.binding.ready(name, line)
+        elif m.kind == "error":
+            run.emit(Event("proc.error", name, m.value, line.strip()[:500]))
+            if p.role == "router" and m.value in ("kv-role", "workers-timeout"):
+                run._fail(f"router: {line.strip()[:300]}")
+        elif m.kind == "pair":
+            g.pairs.on_line(p.name, p.role, m.value, line)
+
+    async def drain(self, name: str, h: ProcHandle, idle: float = 0.3) -> None:
+        """Read what the log has now, until it is quiet for `idle` seconds."""
+        q: asyncio.Queue = asyncio.Queue()
+
+        async def pump():
+            async for item in self.run.launcher.tail(h, self.run.offsets.get(name, 0)):
+                await q.put(item)
+
+        task = asyncio.create_task(pump())
+        try:
+            while True:
+                try:
+                    off, line = await asyncio.wait_for(q.get(), idle)
+                except TimeoutError:
+                    break
+                self.run.offsets[name] = off
+                self.on_line(name, line)
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    async def refresh(self) -> None:
+        """One pass: liveness of every process, then the new lines of every log."""
+        run = self.run
+        for name, h in run.handles.items():
+            p = run.state.procs.get(name)
+            st = await run.launcher.poll(h)
+            if not st.alive and p is not None and p.alive is not False:
+                value = "stopped" if run.state.status in ("stopping", "stopped") else "failed"
+                run.emit(Event("proc.exit", name, value, st.detail, {"code": st.exit_code}))
+                if value == "failed":
+                    run._fail()  # run.json says so too, not only this status pass
+        await asyncio.gather(*(self.drain(n, h) for n, h in run.handles.items()))

@@ -1,0 +1,211 @@
+"""Live metrics: each worker's GET /metrics (ATOM's atom:* names; older ATOM answers 404 and is asked
+again only every NO_METRICS_RETRY_S) and the router's --prometheus-port (AToMesh's mesh_* names),
+parsed with prometheus_client's text parser. Rates are derived per endpoint from two scrapes.
+
+Stalls: requests in flight and no output for STALL_S is `stalled`. From the engine's own counters
+(atom:requests_running/waiting > 0 while atom:generation_tokens and atom:requests_finished stay flat)
+where /metrics exists; otherwise from the router (mesh_worker_requests_active > 0 for the worker while
+no upstream response completes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from typing import TYPE_CHECKING
+
+from ...remote.probes import http_get
+from ..events import LIVE, TERMINAL, Event
+from .base import RunHost
+
+if TYPE_CHECKING:
+    from . import Watchers
+
+EVERY_S = 2.0  # between scrapes of one endpoint
+TIMEOUT_S = 1.5
+STALL_S = 8.0
+NO_METRICS_RETRY_S = 60.0
+HISTORY = 40  # rates kept per endpoint for the console's sparklines (a reattached console gets them too)
+
+ATOM = {"requests_running", "requests_waiting", "requests_finished", "prompt_tokens", "generation_tokens",
+        "preemptions", "kv_cache_usage_ratio", "kv_cache_blocks_used", "kv_cache_blocks_total"}
+RATES = {"prompt_tokens": "prompt_tok_s", "generation_tokens": "gen_tok_s", "requests_finished": "req_s",
+         "router_requests": "req_s", "router_errors": "errors_s"}
+
+
+def parse(text: str) -> list[tuple[str, dict[str, str], float]]:
+    """(sample name without a counter's _total, labels, value) for every sample."""
+    from prometheus_client.parser import text_string_to_metric_families  # only once something serves
+
+    out = []
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            name = s.name[:-6] if s.name.endswith("_total") else s.name
+            out.append((name, dict(s.labels), float(s.value)))
+    return out
+
+
+def atom_values(samples: list[tuple[str, dict, float]]) -> dict[str, float]:
+    vals: dict[str, float] = {}
+    for name, _, v in samples:
+        if name.startswith("atom:") and name[5:] in ATOM:
+            vals[name[5:]] = vals.get(name[5:], 0.0) + v  # summed over ranks/labels
+    return vals
+
+
+def router_values(samples: list[tuple[str, dict, float]]) -> tuple[dict, dict[str, dict[str, float]]]:
+    """The router's own totals, and per worker URL its active requests and health."""
+    vals: dict = {"router_requests": 0.0, "router_errors": 0.0, "errors_by_type": {}, "responses_by_status": {}}
+    workers: dict[str, dict[str, float]] = {}
+    for name, labels, v in samples:
+        if name == "mesh_router_requests":
+            vals["router_requests"] += v
+        elif name == "mesh_router_request_errors":
+            vals["router_errors"] += v
+            t = labels.get("error_type", "?")
+            vals["errors_by_type"][t] = vals["errors_by_type"].get(t, 0.0) + v
+        elif name == "mesh_router_upstream_responses":
+            code = labels.get("status_code", "?")
+            vals["responses_by_status"][code] = vals["responses_by_status"].get(code, 0.0) + v
+        elif name in ("mesh_worker_requests_active", "mesh_worker_health") and "worker" in labels:
+            key = "active" if name == "mesh_worker_requests_active" else "healthy"
+            workers.setdefault(labels["worker"].rstrip("/"), {})[key] = v
+    vals["upstream_responses"] = sum(vals["responses_by_status"].values())
+    return vals, workers
+
+
+async def _nothing() -> dict[str, dict[str, float]]:
+    return {}
+
+
+class MetricsWatcher:
+    def __init__(self, run: RunHost, group: Watchers):
+        self.run = run
+        self.group = group
+        self.prev: dict[str, tuple[float, dict]] = {}
+        self.no_metrics: dict[str, float] = {}  # endpoint -> when it answered 404
+        self.moved_at: dict[str, float] = {}  # endpoint -> last time its output counters moved
+        self.router_moved_at = 0.0
+        self.requests: dict[str, int] = {}
+        self.history: dict[str, dict[str, deque]] = {}
+
+    async def watch(self) -> None:
+        while self.run.state.status not in LIVE:
+            await asyncio.sleep(0.5)
+        while True:
+            t0 = time.monotonic()
+            await self.scrape_all()
+            await asyncio.sleep(max(0.1, EVERY_S - (time.monotonic() - t0)))
+
+    async def scrape_all(self) -> None:
+        run = self.run
+        workers = [n for n, p in run.state.procs.items() if p.role != "router" and p.stage not in TERMINAL
+                   and p.stage != "unresponsive"]
+        router = run.state.procs.get("router")
+        routed = router is not None and router.stage not in TERMINAL and router.stage != "unresponsive"
+        results = await asyncio.gather(self.scrape_router() if routed else _nothing(),
+                                       *(self.scrape_worker(n) for n in workers), return_exceptions=True)
+        by_url: dict[str, dict[str, float]] = results[0] if isinstance(results[0], dict) else {}
+        now = time.time()
+        for name in workers:
+            self.stall_check(name, by_url, now)
+
+    async def get(self, name: str, node: str, host: str, port: int) -> str | None:
+        if now_missing := self.no_metrics.get(name):
+            if time.time() - now_missing < NO_METRICS_RETRY_S:
+                return None
+        self.requests[name] = self.requests.get(name, 0) + 1
+        r = await http_get(host, port, "/metrics", TIMEOUT_S, self.run.launcher.probe_runner(node))
+        if r.status == 404:
+            self.no_metrics[name] = time.time()  # an older ATOM: degrade quietly to what the router gives
+            return None
+        self.no_metrics.pop(name, None)
+        return r.body.decode("utf-8", "replace") if r.ok else None
+
+    def derive(self, name: str, vals: dict, now: float) -> dict:
+        out = dict(vals)
+        prev = self.prev.get(name)
+        if prev is not None and now > prev[0]:
+            dt = now - prev[0]
+            for key, rate in RATES.items():
+                if key in vals and key in prev[1]:
+                    out[rate] = max(0.0, (vals[key] - prev[1][key]) / dt)
+        self.prev[name] = (now, vals)
+        hist = self.history.setdefault(name, {})
+        for rate in set(RATES.values()) | {"active"}:
+            if rate in out:
+                hist.setdefault(rate, deque(maxlen=HISTORY)).append(round(out[rate], 3))
+        out["history"] = {k: list(v) for k, v in hist.items()}
+        return out
+
+    async def scrape_worker(self, name: str) -> None:
+        ep = self.run.plan.endpoint(name)
+        text = await self.get(name, ep.node, ep.host, ep.http_port)
+        if text is None:
+            return
+        try:
+            vals = atom_values(parse(text))
+        except ValueError:
+            return
+        now = time.time()
+        prev = self.prev.get(name)
+        if prev is None or any(vals.get(k) != prev[1].get(k) for k in ("generation_tokens", "requests_finished")):
+            self.moved_at[name] = now
+        self.run.emit(Event("metrics", name, "atom", data={**self.derive(name, vals, now), "t": now,
+                                                            "source": "atom"}))
+
+    async def scrape_router(self) -> dict[str, dict[str, float]]:
+        r = self.run.plan.router
+        text = await self.get("router", r.node, r.host, r.prometheus_port)
+        if text is None:
+            return {}
+        try:
+            vals, workers = router_values(parse(text))
+        except ValueError:
+            return {}
+        now = time.time()
+        prev = self.prev.get("router")
+        if prev is None or vals["upstream_responses"] != prev[1].get("upstream_responses"):
+            self.router_moved_at = now
+        data = self.derive("router", vals, now)
+        data["workers"] = workers
+        self.run.emit(Event("metrics", "router", "mesh", data={**data, "t": now, "source": "mesh"}))
+        for wname in self.run.state.procs:  # workers without /metrics: what the router knows of them
+            if wname == "router" or wname not in self.no_metrics:
+                continue
+            w = workers.get(self.run.plan.endpoint(wname).url, {})
+            self.run.emit(Event("metrics", wname, "router", data={**self.derive(wname, dict(w), now), "t": now,
+                                                                   "source": "router"}))
+        return workers
+
+    def stall_check(self, name: str, by_url: dict, now: float) -> None:
+        run = self.run
+        p = run.state.procs.get(name)
+        if p is None or p.stage in TERMINAL or p.stage == "unresponsive":
+            return
+        latest = run.state.metrics.get(name, {})
+        if latest.get("source") == "atom":
+            busy = latest.get("requests_running", 0) + latest.get("requests_waiting", 0) > 0
+            flat_for = now - self.moved_at.get(name, now)
+            how = (f"{latest.get('requests_running', 0):.0f} running, {latest.get('requests_waiting', 0):.0f} "
+                   f"waiting, atom:generation_tokens flat for {flat_for:.0f}s")
+        else:
+            active = by_url.get(run.plan.endpoint(name).url, {}).get("active", 0)
+            busy = active > 0
+            flat_for = now - (self.router_moved_at or now)
+            how = (f"router: {active:.0f} request(s) active on it, no response completed for {flat_for:.0f}s "
+                   f"(no /metrics on the worker)")
+        if busy and flat_for >= STALL_S:
+            if p.stage != "stalled":
+                run.emit(Event("proc.health", name, "stalled", f"requests in flight, no output: {how}"))
+                self.group.settle()
+        elif p.stage == "stalled" and (not busy or flat_for < STALL_S):
+            run.emit(Event("proc.health", name, "ok", "output again" if busy else "no request waits any more"))
+            self.group.settle()
+
+    async def scrape_once(self, gap: float = 1.0) -> None:
+        """Two scrapes `gap` apart, for rates (for `atomdeck status`)."""
+        await self.scrape_all()
+        await asyncio.sleep(gap)
+        await self.scrape_all()

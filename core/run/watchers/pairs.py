@@ -1,0 +1,172 @@
+"""The Mooncake KV path per prefill->decode pair: both sides registered, the producer's handshake ports
+reachable FROM THE CONSUMER'S NODE, and every write_request answered by a write-done.
+
+Real ATOM logs no error when the path is blocked: the consumer sends its write_request over a ZMQ
+DEALER socket (which queues and never fails) and waits. So a blocked pair is found from what is
+missing (a write_request with no write-done within KV_WAIT_S) plus a probe from the consumer's node.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from typing import TYPE_CHECKING
+
+from ...remote.node_probes import connect_from_node
+from ...remote.probes import tcp_probe
+from ..events import LIVE, WORKER_STAGES, Event
+from .base import RunHost
+
+if TYPE_CHECKING:
+    from . import Watchers
+
+REPROBE_S = 3.0
+KV_WAIT_S = 4.0  # a write_request with no write-done for this long: the pair's path is checked and failed
+
+_TARGET = re.compile(r"\b(?:to|at) (?:tcp://)?(\[[0-9a-fA-F:]+\]|[\w.-]+):(\d+)")
+_CONSUMER = re.compile(r"\b(?:consumer=|Consumer )(\[[0-9a-fA-F:]+\]|[\w.-]+?)(?::\d+)?[\s,)]")
+_REQ = re.compile(r"\bfor req (\S+?)[,\s]")
+
+
+class HandshakeWatcher:
+    def __init__(self, run: RunHost, group: Watchers):
+        self.run = run
+        self.group = group
+        self.decode_target: dict[str, str] = {}  # decode -> the prefill its last write_request went to
+        self.waiting: dict[tuple[str, str], tuple[float, str, str | None]] = {}  # (decode, req) -> (t, line, prefill)
+        self.checked: set[tuple[str, str]] = set()
+        self.probed_at: dict[str, float] = {}  # decode -> last reachability probe (one every REPROBE_S)
+
+    # ---------------------------------------------------------------------------------- log lines
+    def on_line(self, name: str, role: str, value: str, line: str) -> None:
+        run = self.run
+        pairs = [pr for pr in run.state.pairs.values() if name in (pr.prefill, pr.decode)]
+        target = _TARGET.search(line)
+        target_prefill = None
+        if role == "decode" and target:
+            host, port = target.group(1).strip("[]"), int(target.group(2))
+            for ep in run.plan.role_endpoints("prefill"):
+                if ep.host == host and (port in ep.handshake_ports or not ep.handshake_ports):
+                    target_prefill = ep.name
+            if target_prefill is None:
+                target_prefill = next((ep.name for ep in run.plan.role_endpoints("prefill") if ep.host == host),
+                                      None)
+            if target_prefill:
+                self.decode_target[name] = target_prefill
+        if role == "decode" and name in self.decode_target:
+            pairs = [pr for pr in pairs if pr.prefill == self.decode_target[name]] or pairs
+        if role == "prefill" and len(pairs) > 1:
+            # a producer's line names its consumer only sometimes ("consumer=10.0.0.3:15571"); without
+            # it, it could be about any of the prefill's decodes: leave those to the decode-side lines
+            consumer = _CONSUMER.search(line)
+            hosts = {ep.name: ep.host for ep in run.plan.role_endpoints("decode")}
+            pairs = [pr for pr in pairs if consumer and hosts.get(pr.decode) == consumer.group(1).strip("[]")]
+        req = _REQ.search(line + " ")
+        if value == "request":
+            if role == "decode" and req:
+                self.waiting.setdefault((name, req.group(1)), (time.time(), line.strip(), target_prefill))
+            return
+        if value == "transferred" and role == "decode":
+            if req:
+                self.waiting.pop((name, req.group(1)), None)
+            else:
+                for k in [k for k in self.waiting if k[0] == name]:
+                    self.waiting.pop(k, None)
+        for pr in pairs:
+            if value == "transferred":
+                run.emit(Event("pair", pr.key, "transferred", line.strip()[:300]))
+            elif value == "failed" and pr.stage != "transferred":
+                run.emit(Event("pair", pr.key, "failed", line.strip()[:300]))
+
+    # ---------------------------------------------------------------------------------- periodic checks
+    async def checks(self) -> None:
+        """Registered pairs: probe the producer's handshake ports from the consumer's node. Then the
+        write_requests that got no write-done."""
+        run = self.run
+        by_decode: dict[str, list] = {}
+        for pr in run.state.pairs.values():
+            p, d = run.state.procs.get(pr.prefill), run.state.procs.get(pr.decode)
+            if p is None or d is None:
+                continue
+            reg = [x.up_stage in WORKER_STAGES and WORKER_STAGES.index(x.up_stage) >= WORKER_STAGES.index(
+                "kv_registered") for x in (p, d)]
+            if pr.stage == "waiting" and all(reg):
+                run.emit(Event("pair", pr.key, "both_registered", "both sides registered their KV memory"))
+            if pr.stage == "both_registered":
+                by_decode.setdefault(pr.decode, []).append(pr)
+        for decode, prs in by_decode.items():
+            if time.monotonic() - self.probed_at.get(decode, -REPROBE_S) < REPROBE_S:
+                continue
+            self.probed_at[decode] = time.monotonic()
+            node = run.plan.endpoint(decode).node
+            targets = [(ep.host, port) for ep in (run.plan.endpoint(pr.prefill) for pr in prs)
+                       for port in ep.handshake_ports]
+            results, where = await self.reach(node, targets)
+            for pr in prs:
+                ep = run.plan.endpoint(pr.prefill)
+                if ep.handshake_ports and all(results.get((ep.host, port)) == "open" for port in ep.handshake_ports):
+                    run.emit(Event("pair", pr.key, "ports_reachable",
+                                   f"{ep.host}:{ep.handshake_ports[0]}-{ep.handshake_ports[-1]} reachable from "
+                                   f"{where}"))
+        await self.unanswered()
+
+    async def reach(self, node: str, targets: list[tuple[str, int]]) -> tuple[dict, str]:
+        """Connect to targets from `node` itself; where that cannot run, from as near as the launcher gets."""
+        run = self.run
+
+        async def node_run(argv: list[str], timeout: float):
+            return await run.launcher.node_run(node, argv, timeout)
+
+        try:
+            return await connect_from_node(node_run, targets, 1.0), f"{node} (the consumer's node)"
+        except Exception:
+            runner = run.launcher.probe_runner(node)
+            res = await asyncio.gather(*(tcp_probe(h, p, 1.0, runner) for h, p in targets))
+            return dict(zip(targets, res)), run.launcher.probe_vantage(node)
+
+    async def unanswered(self, now: float | None = None) -> None:
+        """A write_request with no write-done for KV_WAIT_S: find out why from the consumer's node, fail
+        the pair with the path in words; the run's headline says it."""
+        run = self.run
+        now = now or time.time()
+        for (decode, req), (t, _line, prefill) in list(self.waiting.items()):
+            if now - t < KV_WAIT_S or (decode, req) in self.checked:
+                continue
+            self.checked.add((decode, req))
+            prefills = [prefill] if prefill else [pr.prefill for pr in run.state.pairs.values() if pr.decode == decode]
+            for pname in prefills:
+                key = f"{pname}>{decode}"
+                pr = run.state.pairs.get(key)
+                if pr is None or pr.stage == "failed":
+                    continue
+                why = await self.explain(decode, pname, req, now - t)
+                run.emit(Event("pair", key, "failed", why, data={"req": req, "waited": round(now - t, 1)}))
+                headline = f"KV transfer {pname} -> {decode} failed: {why}"
+                if run.state.status in ("launching", "starting"):
+                    run._fail(headline)
+                elif run.state.status in LIVE:
+                    run._set_status("degraded", headline)
+
+    async def explain(self, decode: str, prefill: str, req: str, waited: float) -> str:
+        run = self.run
+        d_ep, p_ep = run.plan.endpoint(decode), run.plan.endpoint(prefill)
+        ports = list(p_ep.handshake_ports)
+        start = f"{decode} sent write_request for req {req} {waited:.0f}s ago and got no write-done"
+        if not ports:
+            return start
+        results, where = await self.reach(d_ep.node, [(p_ep.host, port) for port in ports])
+        bad = [(port, results.get((p_ep.host, port), "?")) for port in ports
+               if results.get((p_ep.host, port)) != "open"]
+        if not bad:
+            return (f"{start}; {prefill} {p_ep.host}:{ports[0]}-{ports[-1]} is reachable from {where}: the "
+                    f"producer took the request but did not answer (see {prefill}'s log)")
+        port, why = bad[0]
+        span = f"{p_ep.host}:{port}" + (f" (and {len(bad) - 1} more of :{ports[0]}-{ports[-1]})" if len(bad) > 1
+                                        else "")
+        here = await tcp_probe(p_ep.host, port, 1.0)
+        if here == "open":
+            tail = "reachable from the console host: the path between the nodes is blocked"
+        else:
+            tail = f"from the console host too ({here}): {prefill}'s handshake listener is not there"
+        return f"{decode} on {d_ep.node} cannot reach {prefill} {span} ({why}); {tail}; {start}"
