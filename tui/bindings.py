@@ -22,6 +22,7 @@ def _b(key: str, action: str, description: str, id: str, show: bool = True, prio
 # Footer groups: related keys share one title (Textual draws a group compactly).
 FIND = Binding.Group("Find", compact=True)
 ASSIGN = Binding.Group("Assign", compact=True)
+PANELS = Binding.Group("Panels", compact=True)
 
 
 # Everywhere (the App). Views are reached like k9s: number keys, or the command palette.
@@ -81,7 +82,18 @@ DIALOG = [
 ]
 
 # The run view: enter on a process (or a node of the barrier grid) opens its log.
+# Below 140 columns the run view's right-hand panels sit under the tables, below the fold at 100x30:
+# a key brings each into view (one "Panels" entry in the footer).
 RUN = [
+    _b("r", "panel('router-box')", "Router", "run.panel.router", group=PANELS,
+       tooltip="Bring the Router panel into view"),
+    _b("s", "panel('serving-box')", "Serving", "run.panel.serving", group=PANELS,
+       tooltip="Bring the Serving panel (rates, errors, KV cache) into view"),
+    _b("k", "panel('pairs-box')", "KV", "run.panel.pairs", group=PANELS,
+       tooltip="Bring the KV handshake panel into view"),
+    _b("n", "panel('nodes-box')", "Nodes", "run.panel.nodes", group=PANELS, tooltip="Bring the Nodes panel into view"),
+    _b("w", "panel('why-box')", "Why", "run.panel.why", group=PANELS, tooltip="Bring the diagnosis into view"),
+    _b("p", "panel('procs-box')", "Processes", "run.panel.procs", group=PANELS, tooltip="Back to the processes"),
     _b("l", "open_log", "Logs", "run.logs", tooltip="Open the selected process's (or node's) log"),
     _b("D,ctrl+d", "teardown", "Tear down", "teardown", key_display="D",
        tooltip="Stop every process of the run and verify (asks first)"),

@@ -9,7 +9,6 @@ import time
 from typing import TYPE_CHECKING, cast
 
 from textual.app import ComposeResult
-from textual.binding import Binding
 from textual.containers import Container, Vertical, VerticalScroll
 from textual.markup import escape
 from textual.screen import ModalScreen, Screen
@@ -43,24 +42,9 @@ def run_context(app: ConsoleApp) -> str:
             f"[b]{escape(run.cluster.name)}[/b] · {escape(run.cluster.launcher)}")
 
 
-# Below 140 columns the right-hand panels sit under the tables, below the fold at 100x30: a key
-# brings each into view (the footer shows them as one entry).
-PANEL_KEYS = (("r", "router-box", "Router"), ("k", "pairs-box", "KV handshake"), ("n", "nodes-box", "Nodes"),
-              ("w", "why-box", "Why"), ("p", "procs-box", "Processes"))
-
-
-def _panel_bindings() -> list[Binding]:
-    out = []
-    for i, (key, box, title) in enumerate(PANEL_KEYS):
-        first = i == 0
-        out.append(Binding(key, f"panel('{box}')", "Router·KV·Nodes·Why" if first else f"{title} panel",
-                           show=first, key_display="r k n w" if first else None, id=f"run.panel.{box}"))
-    return out
-
-
 class RunScreen(Screen):
     VIEW = "run"
-    BINDINGS = [*bindings.RUN, *_panel_bindings()]
+    BINDINGS = bindings.RUN
 
     def __init__(self) -> None:
         super().__init__()
