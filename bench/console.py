@@ -2,7 +2,7 @@
 2,000 lines/s for 30 s, no line lost; node-table filter on 2,000 nodes.
 
     .venv/bin/python bench/console.py            # everything (about two minutes)
-    .venv/bin/python bench/console.py filter     # one part: first, flood, filter
+    .venv/bin/python bench/console.py filter     # one part: first, flood, idle, filter
 
 first and flood drive the real `atomdeck` in tmux (the terminal is real; times are from sending
 the key to the screen showing its effect, read through a tmux control-mode client, which reports
@@ -376,6 +376,48 @@ def flood(seconds: float = 30.0, presses: int = 50) -> dict:
                 os.environ["XDG_STATE_HOME"] = old_state
 
 
+def idle_serving(seconds: float = 30.0) -> dict:
+    """The console on the run view of a serving 2P1D demo, nobody typing: its CPU and its watcher's
+    (health checks and metrics scrapes go on underneath). Issue 14's goal: console < 5 % of a core."""
+    from atomdeck.core.run.run import Run
+
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        env = _state_env(tmp, ATOMDECK_SIM_SPEED="20")
+        term = Term(tmp, env)
+        old_state = os.environ.get("XDG_STATE_HOME")
+        os.environ["XDG_STATE_HOME"] = env["XDG_STATE_HOME"]
+        try:
+            term.start(f"{ATOMDECK} tui --recipe demo-2p1d")
+            term.wait_for("1 Nodes", timeout=20)
+            term.wait_for("demo-n01", timeout=20)
+            term.keys("3", "L", "y")
+            term.wait_for("SERVING", timeout=90)
+            time.sleep(5)  # the smoke request and the first scrapes are over
+            pid = _console_pid(term.pane_pid())
+            watcher = _watcher_pid(pid)
+            cpu0 = (_cpu_s(pid), _cpu_s(watcher), time.monotonic())
+            time.sleep(seconds)
+            elapsed = time.monotonic() - cpu0[2]
+            cpu = (100 * (_cpu_s(pid) - cpu0[0]) / elapsed, 100 * (_cpu_s(watcher) - cpu0[1]) / elapsed)
+            still = "SERVING" in term.screen()
+            run_id = Run.list()[-1]["id"]
+            term.keys("D")
+            term.wait_for("Tear down run", timeout=10)
+            term.keys("y")
+            term.wait_for("verified clean", timeout=60)
+            term.keys("Escape", "q")
+            return {"seconds": round(elapsed, 1), "run": run_id, "console_cpu_pct": round(cpu[0], 1),
+                    "watcher_cpu_pct": round(cpu[1], 1), "serving_throughout": still}
+        finally:
+            term.kill()
+            _down_all(env)
+            if old_state is None:
+                os.environ.pop("XDG_STATE_HOME", None)
+            else:
+                os.environ["XDG_STATE_HOME"] = old_state
+
+
 # -- (c) node filter -----------------------------------------------------------------------------------
 def _big_cluster(n: int) -> str:
     lines = ["name: big2000", "description: 2,000 nodes for the filter benchmark (read offline)", "launcher: slurm",
@@ -470,6 +512,11 @@ def rows(r: dict) -> list[str]:
                    f"{fl.get('watcher_cpu_pct', '?')}% | | |")
         out.append(f"| flood lines on disk after teardown | {fl['flood_lines_on_disk']:,} lines, "
                    f"{fl['lines_missing']} missing | zero lost | {_yes(fl['lines_missing'] == 0)} |")
+    idle = r.get("idle")
+    if idle:
+        out.append(f"| CPU while a 2P1D serves with the console on the run view, nobody typing ({idle['seconds']:.0f} s; "
+                   f"health checks and metrics scrapes underneath) | console {idle['console_cpu_pct']}%, watcher "
+                   f"{idle['watcher_cpu_pct']}% of a core | console < 5 % | {_yes(idle['console_cpu_pct'] < 5)} |")
     nf = r.get("filter")
     if nf:
         out.append(f"| node table filter, {nf['nodes']:,} nodes: keystroke to table redrawn | median "
@@ -479,7 +526,7 @@ def rows(r: dict) -> list[str]:
 
 
 def main(parts: list[str] | None = None) -> dict:
-    parts = parts or ["first", "flood", "filter"]
+    parts = parts or ["first", "flood", "idle", "filter"]
     r: dict = {}
     if shutil.which("tmux") is None:
         parts = [p for p in parts if p == "filter"]
@@ -487,6 +534,8 @@ def main(parts: list[str] | None = None) -> dict:
         r["first_frame"] = first_frame()
     if "flood" in parts:
         r["flood"] = flood()
+    if "idle" in parts:
+        r["idle"] = idle_serving()
     if "filter" in parts:
         r["filter"] = node_filter()
     r["table"] = rows(r)
