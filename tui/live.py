@@ -52,7 +52,11 @@ class LiveRun:
 
     # -- core's listeners: O(1), no I/O ----------------------------------------------------------
     def _on_event(self, e: Event) -> None:
-        self.version += 1
+        # A metrics scrape (every 2 s per endpoint) is not a state change the views must answer at
+        # once: the run view's one-second clock redraw shows it. Counting it here redrew every panel
+        # several times a second while a run merely served.
+        if e.kind != "metrics":
+            self.version += 1
         if e.kind == "teardown" and self.teardown_running:
             self.teardown_events[e.name] = (e.value, e.detail)
 
