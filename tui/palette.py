@@ -1,4 +1,5 @@
-"""Colours for roles and severities, taken from the current Textual theme (readable on any theme)."""
+"""Colours of the run view's panels (roles, barrier cells, statuses) from the current Textual theme; the glyphs
+of severities. The other views colour through their widgets' COMPONENT_CLASSES, styled with theme variables."""
 
 from __future__ import annotations
 
@@ -6,7 +7,6 @@ from textual.app import App
 
 ROLE_VARS = {"prefill": "text-accent", "decode": "text-primary", "worker": "text-primary",
              "router": "text-success"}
-SEVERITY_VARS = {"error": "text-error", "warning": "text-warning", "ok": "text-success"}
 # Glyphs every terminal font (and Fira Code, for the screenshots) has.
 ICONS = {"error": "×", "warning": "▲", "ok": "✓"}
 
@@ -16,9 +16,6 @@ def role_color(app: App, role: str) -> str:
     var = ROLE_VARS.get(role)
     return app.theme_variables.get(var, "") if var else ""
 
-
-def severity_color(app: App, severity: str) -> str:
-    return app.theme_variables.get(SEVERITY_VARS.get(severity, ""), "")
 
 # Run view: barrier cells, run status, process liveness.
 CELL_STYLE = {"open": ("●", "text-success"), "waiting": ("○", "text-muted"), "refused": ("○", "text-muted"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, cast
 
+from rich.style import Style
 from textual.screen import Screen
 
 from ..widgets.context_bar import ContextBar
@@ -15,6 +16,18 @@ if TYPE_CHECKING:
 
 class DesignScreen(Screen):
     VIEW = ""  # the App mode this screen is shown in
+    # Colours of severities and roles, from the theme's variables (read with `color`).
+    COMPONENT_CLASSES = {"design--error", "design--warning", "design--ok", "design--prefill", "design--decode",
+                         "design--worker", "design--router"}
+    DEFAULT_CSS = """
+    DesignScreen > .design--error { color: $text-error; }
+    DesignScreen > .design--warning { color: $text-warning; }
+    DesignScreen > .design--ok { color: $text-success; }
+    DesignScreen > .design--prefill { color: $text-accent; }
+    DesignScreen > .design--decode { color: $text-primary; }
+    DesignScreen > .design--worker { color: $text-primary; }
+    DesignScreen > .design--router { color: $text-success; }
+    """
 
     def __init__(self) -> None:
         super().__init__()
@@ -37,6 +50,10 @@ class DesignScreen(Screen):
                                         app.workspace.cluster.name, app.readonly,
                                         edited=app.design.recipe != app.workspace.recipe)
         self.render_design()
+
+    def color(self, name: str) -> Style:
+        """A severity's or a role's colour (no colour for anything else)."""
+        return self.get_component_rich_style(f"design--{name}", partial=True, default=Style())
 
     def render_design(self) -> None:
         """Draw the view from `self.console.assessment` and friends."""

@@ -14,7 +14,7 @@ from textual.widgets import Footer, Static
 from ...core.config.errors import ConfigIssue
 from ...core.design.draft import apply_edits
 from .. import bindings
-from ..palette import ICONS, severity_color
+from ..palette import ICONS
 from ..widgets.context_bar import ContextBar
 from ..widgets.findings import FindingsView
 from ..widgets.layout_picture import LayoutPicture
@@ -65,7 +65,7 @@ class LayoutScreen(DesignScreen):
 
     def _say(self, severity: str, text: str) -> None:
         self.query_one("#layout-status", Static).update(
-            Text(f"{ICONS[severity]} {text}", style=severity_color(self.app, severity)))
+            Text(f"{ICONS[severity]} {text}", style=self.color(severity)))
 
     # -- edits go to core -----------------------------------------------------------------------
     def on_recipe_form_edited(self, event: RecipeForm.Edited) -> None:

@@ -21,7 +21,6 @@ from ...core.config.secrets import redact_line
 from .. import bindings
 from ..formatting import words
 from ..logtext import save_logs
-from ..palette import var_color
 from ..widgets.context_bar import ContextBar
 from ..widgets.log_lines import LogLines
 from .dialogs import InputDialog
@@ -37,6 +36,12 @@ KEEP = 5_000
 class LogScreen(Screen):
     VIEW = "run"
     BINDINGS = bindings.LOGS
+    COMPONENT_CLASSES = {"log-screen--error", "log-screen--follow", "log-screen--paused"}
+    DEFAULT_CSS = """
+    LogScreen > .log-screen--error { color: $text-error; }
+    LogScreen > .log-screen--follow { color: #ffffff; background: $success; text-style: bold; }
+    LogScreen > .log-screen--paused { color: #000000; background: $warning; text-style: bold; }
+    """
 
     def __init__(self, live: LiveRun, names: list[str], node: str | None = None, keep: int = KEEP) -> None:
         super().__init__()
@@ -133,8 +138,8 @@ class LogScreen(Screen):
             head.append(f"  {name}: " if self.prefix else f" · {p.role} on {p.node} · ", style="dim")
             if p.alive is False:
                 end = f"exit {p.exit_code}" if p.exit_code is not None else (p.exit_detail or "gone")
-                head.append(f"{words(p.stage)}, {end}", style=var_color(app, "text-error")
-                            if p.stage == "failed" else "dim")
+                error = self.get_component_rich_style("log-screen--error", partial=True)
+                head.append(f"{words(p.stage)}, {end}", style=error if p.stage == "failed" else "dim")
             else:
                 head.append(f"{words(p.stage)}, {'alive' if p.alive else 'not started'}")
         paths = [str(self.live.log_path(n)) for n in self.names if self.live.log_path(n)]
@@ -146,12 +151,11 @@ class LogScreen(Screen):
 
     def _status(self) -> None:
         log = self.logview
-        app = self.console
         out = Text()
         if log.follow:
-            out.append(" FOLLOW ", style=f"bold #ffffff on {var_color(app, 'success', 'green')}")
+            out.append(" FOLLOW ", style=self.get_component_rich_style("log-screen--follow", partial=True))
         else:
-            out.append(" PAUSED ", style=f"bold #000000 on {var_color(app, 'warning', 'yellow')}")
+            out.append(" PAUSED ", style=self.get_component_rich_style("log-screen--paused", partial=True))
             if log.pending:
                 out.append(f"  +{log.pending:,} new lines", style="bold")
         if log.search:  # first after the badge: the status line is cut at the right on narrow terminals
@@ -161,7 +165,7 @@ class LogScreen(Screen):
                 out.append(f"  ·  '{log.search}': match {pos}{len(found)}", style="bold")
             else:
                 out.append(f"  ·  '{log.search}': no match in the lines on screen",
-                           style=var_color(app, "text-error"))
+                           style=self.get_component_rich_style("log-screen--error", partial=True))
         if not log.follow:
             out.append("  (End or F follows)", style="dim")
         out.append(f"  ·  {len(log.lines):,} lines on screen (last {self.keep:,})", style="dim")

@@ -8,7 +8,7 @@ from textual.widgets import Footer, Input, Static
 
 from ...core.design.plan import nodes_needed
 from .. import bindings
-from ..palette import ICONS, severity_color
+from ..palette import ICONS
 from ..widgets.context_bar import ContextBar
 from ..widgets.findings import FindingsView
 from ..widgets.node_table import NodeTable
@@ -110,7 +110,7 @@ class NodesScreen(DesignScreen):
 
     # -- picking ------------------------------------------------------------------------------
     def _say(self, severity: str, text: str) -> None:
-        self.status = Text(f"{ICONS[severity]} {text}", style=severity_color(self.app, severity))
+        self.status = Text(f"{ICONS[severity]} {text}", style=self.color(severity))
         self._show_status()
 
     def _show_status(self) -> None:

@@ -3,6 +3,7 @@ export the whole launch as a script, save the edited recipe, launch."""
 
 from __future__ import annotations
 
+from rich.style import Style
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal
@@ -11,7 +12,7 @@ from textual.widgets.option_list import Option
 
 from ...core.design.commands import ProcessSpec
 from .. import bindings
-from ..palette import ICONS, role_color, severity_color
+from ..palette import ICONS
 from ..widgets.command_view import CommandView
 from ..widgets.context_bar import ContextBar
 from ..widgets.findings import summary
@@ -53,7 +54,7 @@ class PreviewScreen(DesignScreen):
                 for p in a.processes:
                     if p.node == node.name:
                         line = Text("  ")
-                        line.append(p.name, style=f"bold {role_color(self.app, p.role)}")
+                        line.append(p.name, style=Style(bold=True) + self.color(p.role))
                         line.append(f" :{p.ports[0]}" if p.ports else "", style="dim")
                         options.append(Option(line, id=p.name))
         procs.set_options(options)
@@ -70,7 +71,7 @@ class PreviewScreen(DesignScreen):
         sev, text = summary(a.findings)
         out = Text()
         if a.plan is None:
-            out.append(f"{ICONS['error']} no plan, nothing to preview: {text}", style=severity_color(self.app, "error"))
+            out.append(f"{ICONS['error']} no plan, nothing to preview: {text}", style=self.color("error"))
             out.append(" — fix them on 2 Layout / 1 Nodes")
             return out
         out.append(f"{len(a.processes)} processes on {len(a.plan.nodes)} nodes", style="bold")
@@ -78,7 +79,7 @@ class PreviewScreen(DesignScreen):
         if a.cluster.container.runtime != "none":
             out.append(f" · container {a.cluster.container.runtime} {a.recipe.image or ''}")
         out.append(" · ")
-        out.append(f"{ICONS[sev]} {text}", style=severity_color(self.app, sev))
+        out.append(f"{ICONS[sev]} {text}", style=self.color(sev))
         if app.readonly:
             out.append(" · read-only: launch disabled", style="dim")
         elif sev == "error":

@@ -6,13 +6,13 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, cast
 
+from rich.style import Style
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
 from .. import bindings
-from ..palette import STATUS_VARS, var_color
 from ..widgets.context_bar import ContextBar
 
 if TYPE_CHECKING:
@@ -25,6 +25,15 @@ COLUMNS = [("mark", ""), ("id", "RUN"), ("status", "STATUS"), ("recipe", "RECIPE
 class RunsScreen(Screen):
     VIEW = "runs"
     BINDINGS = bindings.RUNS
+    # A run's status in the theme's colours (a stopped run's in the default colour).
+    COMPONENT_CLASSES = {"runs--launching", "runs--starting", "runs--serving", "runs--degraded", "runs--failed",
+                         "runs--stopping", "runs--dirty", "runs--error"}
+    DEFAULT_CSS = """
+    RunsScreen > .runs--launching, RunsScreen > .runs--starting { color: $text-accent; }
+    RunsScreen > .runs--serving { color: $text-success; }
+    RunsScreen > .runs--degraded, RunsScreen > .runs--stopping { color: $text-warning; }
+    RunsScreen > .runs--failed, RunsScreen > .runs--dirty, RunsScreen > .runs--error { color: $text-error; }
+    """
 
     def __init__(self) -> None:
         super().__init__()
@@ -98,7 +107,7 @@ class RunsScreen(Screen):
         else:
             out.append(f"{m['id']}", style="bold")
             status = str(m.get("status", "?"))
-            out.append(f"  {status}", style=var_color(self.app, STATUS_VARS.get(status, "")))
+            out.append(f"  {status}", style=self._color(status))
             out.append(f"\n{m.get('diagnosis') or 'no diagnosis recorded'}")
             where = f"\ndirectory {m.get('dir', '')}"
             if m.get("console_host"):
@@ -121,7 +130,7 @@ class RunsScreen(Screen):
         from ...core.config.paths import runs_dir
 
         if self.error:
-            out.append(self.error, style=var_color(app, "text-error"))
+            out.append(self.error, style=self._color("error"))
         else:
             out.append(f"{len(self.runs)} run(s) in {runs_dir()}", style="bold")
             out.append(" · enter reattaches and watches" + ("" if app.readonly else " · D tears down (asks first)"),
@@ -129,13 +138,15 @@ class RunsScreen(Screen):
             out.append(" · ● the run this console watches", style="dim")
         self.query_one("#runs-summary", Static).update(out)
 
+    def _color(self, status: str) -> Style:
+        return self.get_component_rich_style(f"runs--{status}", partial=True, default=Style())
+
     def _cells(self, m: dict, attached: str | None) -> list[Text]:
-        app = self.console
         status = str(m.get("status", "?"))
         created = m.get("created")
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(created)) if created else ""
         return [Text("●" if m["id"] == attached else "", style="bold"), Text(m["id"], style="bold"),
-                Text(status, style=var_color(app, STATUS_VARS.get(status, ""))), Text(str(m.get("recipe", ""))),
+                Text(status, style=self._color(status)), Text(str(m.get("recipe", ""))),
                 Text(str(m.get("cluster", ""))), Text(str(m.get("launcher", ""))), Text(when),
                 Text(str(m.get("job_id") or ""), style="dim"),
                 Text(_short(str(m.get("diagnosis") or ""), 44), style="dim")]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from rich.style import Style
 from rich.table import Table
 from rich.text import Text
 from textual import on
@@ -15,10 +16,11 @@ from textual.widgets import Button, Static
 
 from .. import bindings
 from ..formatting import port_ranges
-from ..palette import var_color
 
 if TYPE_CHECKING:
     from ..live import LiveRun
+
+BOLD = Style(bold=True)
 
 
 def plan_text(live: LiveRun) -> Text:
@@ -48,6 +50,12 @@ class TeardownScreen(ModalScreen[None]):
     """Progress of a teardown the App started (its worker owns the work; this only draws)."""
 
     BINDINGS = bindings.TEARDOWN
+    COMPONENT_CLASSES = {"teardown--ok", "teardown--error", "teardown--warning"}
+    DEFAULT_CSS = """
+    TeardownScreen > .teardown--ok { color: $text-success; }
+    TeardownScreen > .teardown--error { color: $text-error; text-style: bold; }
+    TeardownScreen > .teardown--warning { color: $text-warning; }
+    """
 
     def __init__(self, live: LiveRun) -> None:
         super().__init__(classes="dialog")
@@ -70,8 +78,8 @@ class TeardownScreen(ModalScreen[None]):
         if not self.is_mounted:
             return
         live = self.live
-        app = self.app
-        ok, err, warn = (var_color(app, v) for v in ("text-success", "text-error", "text-warning"))
+        ok, err, warn = (self.get_component_rich_style(f"teardown--{v}", partial=True)
+                         for v in ("ok", "error", "warning"))
         done = not live.teardown_running
         title = f"Tearing down {live.id}" if not done else f"Teardown of {live.id}"
         self.query_one("#teardown-title", Static).update(Text(title))
@@ -91,7 +99,7 @@ class TeardownScreen(ModalScreen[None]):
             elif value == "gone":
                 cell = Text(f"✓ gone · {detail}", style=ok)
             else:
-                cell = Text(f"× {value} · {detail}", style=f"bold {err}")
+                cell = Text(f"× {value} · {detail}", style=err)
             table.add_row(p.node, name, cell)
         for key, (value, detail) in progress.items():
             if key in live.run.processes:
@@ -100,23 +108,23 @@ class TeardownScreen(ModalScreen[None]):
                 table.add_row("", "allocation", Text(f"✓ {value} {detail}", style=ok))
             elif value == "open":
                 node, _, port = key.rpartition(":")
-                table.add_row(node, f"port {port}", Text(f"× {detail}", style=f"bold {err}"))
+                table.add_row(node, f"port {port}", Text(f"× {detail}", style=err))
         self.query_one("#teardown-body", Static).update(table)
         self.query_one("#teardown-result", Static).update(self._result(done, ok, err))
 
-    def _result(self, done: bool, ok: str, err: str) -> Text:
+    def _result(self, done: bool, ok: Style, err: Style) -> Text:
         live = self.live
         if not done:
             gone = sum(1 for v, _ in live.teardown_events.values() if v == "gone")
             return Text(f"\n… {gone}/{len(live.run.processes)} processes gone; then every port is checked closed",
                         style="dim")
         if live.teardown_error:
-            return Text(f"\n× teardown did not run: {live.teardown_error}", style=f"bold {err}")
+            return Text(f"\n× teardown did not run: {live.teardown_error}", style=err)
         report = live.report
         if report is None:
             return Text("")
         if report.clean:
-            out = Text("\n✓ verified clean: every process gone, every port closed", style=f"bold {ok}")
+            out = Text("\n✓ verified clean: every process gone, every port closed", style=BOLD + ok)
             by_node: dict[str, list[int]] = {}
             for p in live.run.processes.values():
                 by_node.setdefault(p.node, []).extend(p.ports)
@@ -124,7 +132,7 @@ class TeardownScreen(ModalScreen[None]):
                                                                 for n, ports in by_node.items()), style="dim")
             return out
         out = Text(f"\n× NOT clean: {len(report.open_ports)} port(s) open, "
-                   f"{sum(not r.ok for r in report.processes)} process(es) left", style=f"bold {err}")
+                   f"{sum(not r.ok for r in report.processes)} process(es) left", style=err)
         out.append(f"\n  try again with D, or `atomdeck down {live.id}`", style="dim")
         return out
 

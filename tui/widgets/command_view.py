@@ -7,13 +7,13 @@ import json
 
 from rich.console import Group, RenderableType
 from rich.json import JSON
+from rich.style import Style
 from rich.text import Text
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
 from ...core.design.commands import ProcessSpec, shell_line
 from ..formatting import argv_groups, argv_lines, kv_transfer_config, port_ranges
-from ..palette import role_color
 
 CONTINUE = " \\\n    "
 
@@ -41,6 +41,15 @@ def command_text(argv: list[str], width: int | None = None) -> str:
 class CommandView(VerticalScroll):
     """Shows a redacted ProcessSpec; `process` is what is on screen."""
 
+    COMPONENT_CLASSES = {"command-view--prefill", "command-view--decode", "command-view--worker",
+                         "command-view--router"}
+    DEFAULT_CSS = """
+    CommandView > .command-view--prefill { color: $text-accent; }
+    CommandView > .command-view--decode { color: $text-primary; }
+    CommandView > .command-view--worker { color: $text-primary; }
+    CommandView > .command-view--router { color: $text-success; }
+    """
+
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.process: ProcessSpec | None = None
@@ -63,9 +72,9 @@ class CommandView(VerticalScroll):
         return shell_line(self.process.launch_argv) if self.process else ""
 
     def _render_process(self, p: ProcessSpec) -> RenderableType:
-        color = role_color(self.app, p.role)
+        color = self.get_component_rich_style(f"command-view--{p.role}", partial=True, default=Style())
         head = Text()
-        head.append(p.name, style=f"bold {color}")
+        head.append(p.name, style=Style(bold=True) + color)
         where = p.node if p.host == p.node else f"{p.node} ({p.host})"
         head.append(f"  {p.role} on {where} · ports {port_ranges(p.ports)} · log {p.log}")
         if p.container:

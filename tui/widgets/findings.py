@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from rich.style import Style
 from rich.text import Text
 from textual.widgets import Static
 
 from ...core.design.findings import Finding
 from ..hints import in_console
-from ..palette import ICONS, severity_color
+from ..palette import ICONS
+
+BOLD = Style(bold=True)
 
 
 def summary(findings: list[Finding]) -> tuple[str, str]:
@@ -26,6 +29,12 @@ class FindingsView(Static):
     """Errors first, then warnings; each with its `change KEY: FIX` line."""
 
     DEFAULT_CLASSES = "findings"
+    COMPONENT_CLASSES = {"findings--error", "findings--warning", "findings--ok"}
+    DEFAULT_CSS = """
+    FindingsView > .findings--error { color: $text-error; }
+    FindingsView > .findings--warning { color: $text-warning; }
+    FindingsView > .findings--ok { color: $text-success; }
+    """
 
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
         super().__init__("", id=id, classes=classes)
@@ -36,18 +45,17 @@ class FindingsView(Static):
         self.update(self._render_findings(blocked_note))
 
     def _render_findings(self, blocked_note: str) -> Text:
-        app = self.app
         sev, head = summary(self.findings)
         out = Text()
-        out.append(f"{ICONS[sev]} {head}", style=f"bold {severity_color(app, sev)}")
+        out.append(f"{ICONS[sev]} {head}", style=BOLD + self._severity(sev))
         if sev == "error":
             out.append(f" — {blocked_note}", style="bold")
         elif sev == "ok":
             out.append(" — ready to launch", style="bold")
         for f in self.findings:
-            color = severity_color(app, f.severity)
+            color = self._severity(f.severity)
             out.append("\n")
-            out.append(f"{ICONS[f.severity]} {f.rule}", style=f"bold {color}")
+            out.append(f"{ICONS[f.severity]} {f.rule}", style=BOLD + color)
             if f.node:
                 out.append(f" [{f.node}]", style=color)
             out.append(f"  {f.message}")
@@ -56,3 +64,6 @@ class FindingsView(Static):
             out.append(where, style="bold")
             out.append(f": {fix}", style="dim")
         return out
+
+    def _severity(self, severity: str) -> Style:
+        return self.get_component_rich_style(f"findings--{severity}", partial=True, default=Style())

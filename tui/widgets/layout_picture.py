@@ -13,6 +13,7 @@ from rich import box
 from rich.columns import Columns
 from rich.console import Group, RenderableType
 from rich.panel import Panel
+from rich.style import Style
 from rich.text import Text
 from textual.binding import Binding
 from textual.reactive import reactive
@@ -24,12 +25,22 @@ from ...core.design.inventory import Node
 from ...core.design.lint import Assessment
 from ...core.design.plan import Plan, node_verdict
 from ..formatting import port_ranges
-from ..palette import role_color, severity_color
 
 BOX_WIDTH = 28
+BOLD = Style(bold=True)
 
 
 class LayoutPicture(Widget, can_focus=True):
+    COMPONENT_CLASSES = {"layout-picture--prefill", "layout-picture--decode", "layout-picture--worker",
+                         "layout-picture--router", "layout-picture--error", "layout-picture--warning"}
+    DEFAULT_CSS = """
+    LayoutPicture > .layout-picture--prefill { color: $text-accent; }
+    LayoutPicture > .layout-picture--decode { color: $text-primary; }
+    LayoutPicture > .layout-picture--worker { color: $text-primary; }
+    LayoutPicture > .layout-picture--router { color: $text-success; }
+    LayoutPicture > .layout-picture--error { color: $text-error; }
+    LayoutPicture > .layout-picture--warning { color: $text-warning; }
+    """
     BINDINGS: ClassVar = [
         Binding("left,up,k,h", "move(-1)", "Previous node", show=False),
         Binding("right,down,j,l", "move(1)", "Next node", show=False),
@@ -86,7 +97,7 @@ class LayoutPicture(Widget, can_focus=True):
         else:
             err = next((f for f in a.findings if f.severity == "error"), None)
             parts.append(Text(f"no layout yet: {err.message if err else 'no plan'}",
-                              style=f"bold {severity_color(self.app, 'error')}"))
+                              style=BOLD + self._color("error")))
             boxes = [self._unplaced_box(name, i == self.cursor and self.has_focus)
                      for i, name in enumerate(self.node_names)]
         if boxes:
@@ -101,28 +112,28 @@ class LayoutPicture(Widget, can_focus=True):
         head.append(f" · router {plan.router.url} · policy {r.router.policy} · "
                     f"barrier {len(plan.barrier)} ports on {len(plan.nodes)} nodes")
         flow = Text("client → ")
-        flow.append("router", style=f"bold {role_color(self.app, 'router')}")
+        flow.append("router", style=BOLD + self._color("router"))
         for role in ("prefill", "decode", "worker"):
             eps = plan.role_endpoints(role)
             if not eps:
                 continue
             sep = f" ─KV {r.mooncake.protocol or 'rdma'}→ " if role == "decode" else " → "
             flow.append(sep)
-            flow.append(", ".join(e.name for e in eps), style=f"bold {role_color(self.app, role)}")
+            flow.append(", ".join(e.name for e in eps), style=BOLD + self._color(role))
         return [head, flow]
 
     def _node_box(self, plan: Plan, name: str, focused: bool) -> Panel:
         node = plan.node(name)
         role = plan.selection.role_of(name) or "router"
-        color = role_color(self.app, role)
+        color = self._color(role)
         body = Text()
         body.append(f"{node.addr} · {node.gpus} GPUs", style="dim")
         if name in plan.overrides:
-            body.append("\n▲ overridden", style=severity_color(self.app, "warning"))
+            body.append("\n▲ overridden", style=self._color("warning"))
         for ep in plan.on_node(name):
-            ecolor = role_color(self.app, ep.role)
+            ecolor = self._color(ep.role)
             body.append("\n")
-            body.append(ep.name, style=f"bold {ecolor}")
+            body.append(ep.name, style=BOLD + ecolor)
             gpus = f" GPU {ep.gpus[0]}-{ep.gpus[-1]}" if ep.gpus else ""
             body.append(f"  TP{ep.tp}{gpus}")
             body.append(f"\n  http :{ep.http_port}")
@@ -132,13 +143,17 @@ class LayoutPicture(Widget, can_focus=True):
                 body.append(f"\n  handshake {port_ranges(ep.handshake_ports)}")
         if plan.router.node == name:
             body.append("\n")
-            body.append("router", style=f"bold {role_color(self.app, 'router')}")
+            body.append("router", style=BOLD + self._color("router"))
             body.append(f" :{plan.router.port}")
             body.append(f"\n  prometheus :{plan.router.prometheus_port}")
-        title = Text(f" {name} ", style=f"bold {color}")
+        title = Text(f" {name} ", style=BOLD + color)
         title.append(f"{role} ", style=color)
         return Panel(body, title=title, title_align="left", width=BOX_WIDTH, border_style=color,
                      box=box.DOUBLE if focused else box.ROUNDED)
+
+    def _color(self, name: str) -> Style:
+        """A role's or a severity's colour (the theme's, through this widget's component classes)."""
+        return self.get_component_rich_style(f"layout-picture--{name}", partial=True, default=Style())
 
     def _unplaced_box(self, name: str, focused: bool) -> Panel:
         return Panel(Text("picked, not placed", style="dim"), title=f" {name} ", title_align="left",

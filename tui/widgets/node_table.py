@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 
 from rich.cells import cell_len
+from rich.style import Style
 from rich.text import Text
 from textual.geometry import Size
 from textual.widgets import DataTable
@@ -14,7 +15,6 @@ from ...core.design.draft import Design
 from ...core.design.inventory import Node
 from ...core.design.lint import Assessment
 from ...core.design.plan import node_verdict
-from ..palette import role_color, severity_color
 
 FREEZE_AT = 500  # nodes
 COLUMNS = [("pick", "#"), ("node", "NODE"), ("addr", "ADDR"), ("state", "STATE"), ("gpus", "GPUS"),
@@ -48,6 +48,17 @@ class Cell:
 
 class NodeTable(DataTable):
     """Rows keyed by node name. Unusable nodes are dimmed with core's verdict (node_verdict)."""
+
+    COMPONENT_CLASSES = {"node-table--prefill", "node-table--decode", "node-table--worker",
+                         "node-table--router", "node-table--warning"}
+    DEFAULT_CSS = """
+    NodeTable > .node-table--prefill { color: $text-accent; }
+    NodeTable > .node-table--decode { color: $text-primary; }
+    NodeTable > .node-table--worker { color: $text-primary; }
+    NodeTable > .node-table--router { color: $text-success; }
+    NodeTable > .node-table--warning { color: $text-warning; }
+    """
+    ROLES = frozenset({"prefill", "decode", "worker", "router", "warning"})
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id, cursor_type="row", zebra_stripes=True)
@@ -144,16 +155,15 @@ class NodeTable(DataTable):
         dim = "dim" if verdict and not overridden else ""
         role = sel.role_of(n.name) if sel else ""
         if sel and sel.router == n.name and role != "router":
-            role_text = Text(role, style=role_color(self.app, role)) + Text("+router",
-                                                                            style=role_color(self.app, "router"))
+            role_text = Text(role, style=self._role(role)) + Text("+router", style=self._role("router"))
         else:
-            role_text = Text(role, style=role_color(self.app, role))
+            role_text = Text(role, style=self._role(role))
         if design.nodes:
             pick = f"●{design.nodes.index(n.name) + 1}" if n.name in design.nodes else ""
         else:
             pick = "auto" if role else ""
         if verdict and overridden:
-            why = Text(f"▲ overridden: {verdict}", style=severity_color(self.app, "warning"))
+            why = Text(f"▲ overridden: {verdict}", style=self._role("warning"))
         else:
             why = Text(verdict or n.reason, style=dim)
         plain = [pick, n.name, n.addr, n.state, str(n.gpus), ",".join(n.partitions)]
@@ -161,3 +171,9 @@ class NodeTable(DataTable):
         cells[0].stylize("bold")
         cells[4].justify = "right"
         return [*cells, role_text if not dim else Text(role, style="dim"), why]
+
+    def _role(self, role: str) -> Style:
+        """A role's (or 'warning') colour from the theme (none for a node without a role)."""
+        if role not in self.ROLES:
+            return Style()
+        return self.get_component_rich_style(f"node-table--{role}", partial=True, default=Style())
