@@ -6,6 +6,7 @@ from typing import ClassVar
 
 from rich.console import RenderableType
 from rich.text import Text
+from textual import on
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
@@ -37,12 +38,11 @@ class ConfirmDialog(ModalScreen[bool]):
     def on_mount(self) -> None:
         self.query_one("#no", Button).focus()
 
-    def on_button_pressed(self, event: Button.Pressed) -> None:
-        self.dismiss(event.button.id == "yes")
-
+    @on(Button.Pressed, "#yes")
     def action_yes(self) -> None:
         self.dismiss(True)
 
+    @on(Button.Pressed, "#no")
     def action_no(self) -> None:
         self.dismiss(False)
 
@@ -66,7 +66,8 @@ class InputDialog(ModalScreen[str | None]):
     def on_mount(self) -> None:
         self.query_one("#answer", Input).focus()
 
-    def on_input_submitted(self, event: Input.Submitted) -> None:
+    @on(Input.Submitted, "#answer")
+    def accept(self, event: Input.Submitted) -> None:
         self.dismiss(event.value.strip() or None)
 
     def action_no(self) -> None:
@@ -93,9 +94,7 @@ class MessageDialog(ModalScreen[None]):
     def on_mount(self) -> None:
         self.query_one("#ok", Button).focus()
 
-    def on_button_pressed(self, event: Button.Pressed) -> None:
-        self.dismiss(None)
-
+    @on(Button.Pressed, "#ok")
     def action_no(self) -> None:
         self.dismiss(None)
 

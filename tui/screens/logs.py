@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
 from rich.text import Text
-from textual import work
+from textual import on, work
 from textual.app import ComposeResult
 from textual.screen import Screen
 from textual.widgets import Footer, Input, Static
@@ -190,9 +190,8 @@ class LogScreen(Screen):
         box.value = self.logview.search
         box.focus()
 
-    def on_input_submitted(self, event: Input.Submitted) -> None:
-        if event.input.id != "log-search":
-            return
+    @on(Input.Submitted, "#log-search")
+    def search_submitted(self, event: Input.Submitted) -> None:
         self.logview.set_search(event.value.strip())
         event.input.display = False
         self.logview.focus()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rich.text import Text
+from textual import on
 from textual.app import ComposeResult
 from textual.widgets import Footer, Input, Static
 
@@ -88,14 +89,14 @@ class NodesScreen(DesignScreen):
         self._redraw_table()
         self.table.focus()
 
-    def on_input_changed(self, event: Input.Changed) -> None:
-        if event.input.id == "filter":
-            self.filter_text = event.value
-            self._redraw_table()
+    @on(Input.Changed, "#filter")
+    def filter_changed(self, event: Input.Changed) -> None:
+        self.filter_text = event.value
+        self._redraw_table()
 
-    def on_input_submitted(self, event: Input.Submitted) -> None:
-        if event.input.id == "filter":
-            self.table.focus()
+    @on(Input.Submitted, "#filter")
+    def filter_submitted(self) -> None:
+        self.table.focus()
 
     def _redraw_table(self) -> None:
         app = self.console

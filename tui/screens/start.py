@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, cast
 from rich.console import Group
 from rich.padding import Padding
 from rich.text import Text
+from textual import on
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
@@ -100,13 +101,15 @@ class StartScreen(Screen[bool]):
         event.stop()
         event.prevent_default()
 
-    def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
-        if event.option_list.id == "clusters":
-            self.query_one("#cluster-input", Input).value = event.option.id or ""
-            self.query_one("#recipes", OptionList).focus()
-        else:
-            self.query_one("#recipe-input", Input).value = event.option.id or ""
-            self.action_open()
+    @on(OptionList.OptionSelected, "#clusters")
+    def cluster_selected(self, event: OptionList.OptionSelected) -> None:
+        self.query_one("#cluster-input", Input).value = event.option.id or ""
+        self.query_one("#recipes", OptionList).focus()
+
+    @on(OptionList.OptionSelected, "#recipes")
+    def recipe_selected(self, event: OptionList.OptionSelected) -> None:
+        self.query_one("#recipe-input", Input).value = event.option.id or ""
+        self.action_open()
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         self.action_open()
