@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from rich.text import Text
 from textual import work
 from textual.app import App, SystemCommand
+from textual.reactive import reactive
 from textual.screen import Screen
 from textual.timer import Timer
 
@@ -35,7 +36,7 @@ from ..core.run.inventory import fetch_inventory
 from . import bindings
 from .hints import in_console
 from .live import LiveRun
-from .messages import DesignChanged, InventoryUpdated, LaunchRequested, RunUpdated
+from .messages import InventoryUpdated, LaunchRequested, RunUpdated
 from .run_control import RunController
 from .screens.base import DesignScreen
 from .screens.layout import LayoutScreen
@@ -62,6 +63,8 @@ class ConsoleApp(App[int]):
         "nodes": NodesScreen, "layout": LayoutScreen, "preview": PreviewScreen, "run": RunScreen,
         "runs": RunsScreen, "bench": lambda: _bench_screen()}
     PULSE_S = 0.1  # the run views redraw at most this often, however fast events and lines arrive
+    # Bumped whenever core re-assessed the design (or the theme changed): the design views watch it.
+    version: reactive[int] = reactive(0, init=False)
 
     def __init__(self, recipe: str = DEMO_RECIPE, cluster: str = DEMO_CLUSTER, *, readonly: bool = False,
                  offline: bool = False, refresh_s: float | None = 10.0, ask: bool = False,
@@ -89,7 +92,6 @@ class ConsoleApp(App[int]):
         self.named_nodes: list[str] = list(named_nodes)
         self.views: list[tuple[str, str]] = [("nodes", "Nodes"), ("layout", "Layout"), ("preview", "Preview"),
                                              ("run", "Run"), ("runs", "Runs"), ("bench", "Bench")]
-        self.version = 0
         self.inventory_at: datetime | None = None
         self._ask = ask
         self._theme_choice = theme
@@ -164,8 +166,7 @@ class ConsoleApp(App[int]):
         self._redraw()
 
     def _redraw(self) -> None:
-        self.version += 1
-        self.post_message(DesignChanged(self.version))
+        self.version += 1  # the design views watch it (screens/base.py)
 
     @property
     def design_screen(self) -> DesignScreen | None:
@@ -174,12 +175,9 @@ class ConsoleApp(App[int]):
         stack = self.screen_stack
         return stack[-1] if stack and isinstance(stack[-1], DesignScreen) else None
 
-    def on_design_changed(self, message: DesignChanged) -> None:
-        if not self.screen_stack:  # closing
-            return
-        if (screen := self.design_screen) is not None:
-            screen.sync()
-        self.refresh_bindings()
+    def watch_version(self) -> None:
+        if self.screen_stack:  # (not while closing)
+            self.refresh_bindings()
 
     def open_workspace(self, recipe: str, cluster: str) -> None:
         """Load another recipe/cluster (raises AtomdeckError/ConfigError, leaving the current one)."""

@@ -21,16 +21,6 @@ class LaunchRequested(Message):
 
 
 @dataclass
-class DesignChanged(Message):
-    """The recipe, the picked nodes, the overrides or the inventory changed and core re-assessed."""
-
-    version: int
-
-    def can_replace(self, message: Message) -> bool:  # a burst of edits becomes one repaint
-        return isinstance(message, DesignChanged)
-
-
-@dataclass
 class InventoryUpdated(Message):
     """A refresh of the node inventory finished (whether or not anything changed)."""
 

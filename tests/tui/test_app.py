@@ -234,7 +234,7 @@ async def test_a_refresh_timer_firing_while_the_console_closes_is_ignored():
     app._refresh_tick()  # what the timer does when it fires that late
     assert app.paused and app.design_screen is None and app._refresh_timer is None
     app.on_inventory_updated(None)  # a refresh finishing late: nothing to redraw, no error
-    app.on_design_changed(None)
+    app._redraw()  # a late re-assessment (the version the design views watch): no error
 
 
 async def test_a_failing_refresh_keeps_the_nodes_and_says_why():

@@ -1,5 +1,6 @@
 """What the design views (Nodes, Layout, Preview; later Run) share: the context bar, and a
-redraw whenever the App's assessment changed since the view last drew it."""
+redraw whenever the App's assessment changed (its `version` reactive) since the view last drew it:
+at once when the view is on top, on resume when it was hidden (a hidden view does not redraw)."""
 
 from __future__ import annotations
 
@@ -31,7 +32,15 @@ class DesignScreen(Screen):
 
     def __init__(self) -> None:
         super().__init__()
-        self.shown_version = -1
+        self.stale = True  # the App's version changed since the last draw
+
+    def on_mount(self) -> None:
+        self.watch(self.app, "version", self._version_changed, init=False)
+
+    def _version_changed(self) -> None:
+        was_stale, self.stale = self.stale, True
+        if self.console.design_screen is self and not was_stale:  # a burst of changes: one redraw, after it
+            self.call_later(self.sync)
 
     @property
     def console(self) -> ConsoleApp:
@@ -43,9 +52,9 @@ class DesignScreen(Screen):
     def sync(self) -> None:
         """Redraw from the App's state if it changed since the last draw (cheap when it did not)."""
         app = self.console
-        if self.shown_version == app.version or not self.is_mounted:
+        if not self.stale or not self.is_mounted:
             return
-        self.shown_version = app.version
+        self.stale = False
         self.query_one(ContextBar).show(app.views, self.VIEW, app.assessment, app.design.recipe.name,
                                         app.workspace.cluster.name, app.readonly,
                                         edited=app.design.recipe != app.workspace.recipe)
