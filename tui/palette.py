@@ -17,12 +17,9 @@ def role_color(app: App, role: str) -> str:
     return app.theme_variables.get(var, "") if var else ""
 
 
-# Run view: barrier cells, run status, process liveness.
+# Run view: barrier cells, the status badge.
 CELL_STYLE = {"open": ("●", "text-success"), "waiting": ("○", "text-muted"), "refused": ("○", "text-muted"),
               "timeout": ("◐", "text-warning"), "closed": ("×", "text-error")}
-STATUS_VARS = {"launching": "text-accent", "starting": "text-accent", "serving": "text-success",
-               "degraded": "text-warning",
-               "failed": "text-error", "stopping": "text-warning", "stopped": "text-muted", "dirty": "text-error"}
 STATUS_BG = {"launching": "accent", "starting": "accent", "serving": "success", "degraded": "warning",
              "failed": "error",
              "stopping": "warning", "stopped": "panel", "dirty": "error"}
