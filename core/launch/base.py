@@ -77,6 +77,22 @@ class StopReport:
     detail: str  # what was done: "SIGTERM, exited in 0.4s" / "SIGKILL after 10s grace" / "already gone"
 
 
+READ_LOG_GIVE_UP_S = 30.0
+
+
+async def remote_read_log(runner: Runner, path: str, offset: int, partial: bool) -> AsyncIterator[tuple[int, str]]:
+    """A remote log to its end of file over `runner` (a login host, a node): no lines when it is not there."""
+    from ..remote.shell import CommandError
+    from ..remote.ssh.tail import tail as remote_tail
+
+    try:
+        async for item in remote_tail(runner, path, offset, follow=False, partial=partial,
+                                      give_up_s=READ_LOG_GIVE_UP_S):
+            yield item
+    except CommandError:
+        return
+
+
 @runtime_checkable
 class Launcher(Protocol):
     """What the run engine needs of a launcher: start a run's processes, know if they live, read their
@@ -92,6 +108,8 @@ class Launcher(Protocol):
     async def poll(self, handle: ProcHandle) -> ProcStatus: ...
     async def wait(self, handle: ProcHandle) -> ProcStatus: ...
     def tail(self, handle: ProcHandle, offset: int) -> AsyncIterator[tuple[int, str]]: ...
+    def read_log(self, handle: ProcHandle, offset: int = 0, *,
+                 partial: bool = False) -> AsyncIterator[tuple[int, str]]: ...
     async def stop(self, handles: list[ProcHandle], grace: float) -> list[StopReport]: ...
     async def release(self, nodes: list[str] | None = None) -> list[str]: ...
     async def node_run(self, node: str, argv: list[str], timeout: float = 60) -> Result: ...
@@ -151,6 +169,19 @@ class LauncherBase(abc.ABC):
     @abc.abstractmethod
     def tail(self, handle: ProcHandle, offset: int) -> AsyncIterator[tuple[int, str]]:
         """The log's complete lines from a byte offset, following it: (offset after the line, line)."""
+
+    async def read_log(self, handle: ProcHandle, offset: int = 0, *,
+                       partial: bool = False) -> AsyncIterator[tuple[int, str]]:
+        """The log's lines from a byte offset to its end of file now, then stop (never waits on silence:
+        a connect through a jump host may take longer than any quiet spell). With `partial`, an
+        unfinished last line too. A log not there yet has no lines; a node that stays unreachable for
+        READ_LOG_GIVE_UP_S raises. This base reads `log_path` here (local, Slurm on a shared file system)."""
+        import asyncio
+
+        from ..remote.loglines import read_lines
+
+        for item in await asyncio.to_thread(read_lines, handle.log_path, offset, partial=partial):
+            yield item
 
     @abc.abstractmethod
     async def stop(self, handles: list[ProcHandle], grace: float) -> list[StopReport]:

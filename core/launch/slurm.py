@@ -25,7 +25,7 @@ from ..remote.filetail import follow
 from ..remote.preflight import PreflightError, run_checks
 from ..remote.shell import LocalRunner, Runner
 from . import control_runner
-from .base import SUPERVISOR, LauncherBase, ProcHandle, ProcStatus, StopReport, marker, script
+from .base import SUPERVISOR, LauncherBase, ProcHandle, ProcStatus, StopReport, marker, remote_read_log, script
 from .local import describe_exit, wait_exit
 
 # every process of the run on each node, killed by one srun task per node (scripts/slurm-sweep.sh)
@@ -273,6 +273,15 @@ class SlurmLauncher(LauncherBase):
         from ..remote.ssh.tail import tail as remote_tail
 
         return remote_tail(self.runner, handle.log_path, offset)
+
+    async def read_log(self, handle: ProcHandle, offset: int = 0, *,
+                       partial: bool = False) -> AsyncIterator[tuple[int, str]]:
+        if self.local_control:
+            async for item in super().read_log(handle, offset, partial=partial):
+                yield item
+            return
+        async for item in remote_read_log(self.runner, handle.log_path, offset, partial):
+            yield item
 
     async def stop(self, handles: list[ProcHandle], grace: float) -> list[StopReport]:
         return list(await asyncio.gather(*(self._stop_one(h, grace) for h in handles)))

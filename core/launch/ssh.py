@@ -19,7 +19,7 @@ from ..design.commands import ProcessSpec
 from ..remote.backoff import Backoff
 from ..remote.node_shell import NodeShell, RemoteShell
 from ..remote.shell import LocalRunner, Runner
-from .base import SUPERVISOR, LauncherBase, ProcHandle, ProcStatus, StopReport, marker, script
+from .base import SUPERVISOR, LauncherBase, ProcHandle, ProcStatus, StopReport, marker, remote_read_log, script
 from .local import describe_exit
 
 # a node's wait channel that broke is reopened after 0.25 s, ×2, at most 5 s apart; reset once it works
@@ -198,7 +198,14 @@ class SshLauncher(LauncherBase):
     def tail(self, handle: ProcHandle, offset: int) -> AsyncIterator[tuple[int, str]]:
         return self._mirrored_tail(handle, offset)
 
-    async def _mirrored_tail(self, handle: ProcHandle, offset: int) -> AsyncIterator[tuple[int, str]]:
+    def read_log(self, handle: ProcHandle, offset: int = 0, *,
+                 partial: bool = False) -> AsyncIterator[tuple[int, str]]:
+        if partial:  # an unfinished line is shown, never mirrored: the mirror holds whole lines only
+            return remote_read_log(self.runner(handle.node), handle.log_path, offset, True)
+        return self._mirrored_tail(handle, offset, follow=False)
+
+    async def _mirrored_tail(self, handle: ProcHandle, offset: int,
+                             follow: bool = True) -> AsyncIterator[tuple[int, str]]:
         """The node's log from a byte offset, resuming after drops. Lines past what the local mirror in the
         run directory already holds are appended to it, so history can be shown without asking the node."""
         from ..remote.ssh.tail import tail as remote_tail
@@ -212,7 +219,9 @@ class SshLauncher(LauncherBase):
             mirrored = 0
         fd = os.open(mirror, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         with open(fd, "a", encoding="utf-8") as f:
-            async for off, line in remote_tail(self.runner(handle.node), handle.log_path, offset):
+            lines = remote_tail(self.runner(handle.node), handle.log_path, offset) if follow else \
+                remote_read_log(self.runner(handle.node), handle.log_path, offset, False)
+            async for off, line in lines:
                 if off > mirrored:
                     f.write(line + "\n")
                     f.flush()

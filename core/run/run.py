@@ -30,7 +30,7 @@ from .barrier import BarrierProber
 from .diagnose import diagnose
 from .events import Event, RunState, new_state, replay
 from .rundir import RunDir, new_run_id
-from .watchers import Watchers, cancel_all, keep_going
+from .watchers import Watchers, keep_going
 
 DEFAULT_GRACE = 10.0
 PERSIST = {"proc.started", "proc.stage", "proc.health", "proc.exit", "proc.error", "cell", "pair", "check", "run",
@@ -284,22 +284,8 @@ class Run:
         h = self.handles.get(name)
         if h is None:
             raise AtomdeckError(f"run {self.id} has no process {name}; it has: {', '.join(self.processes)}")
-        lines: builtins.list[tuple[int, str]] = []
-        q: asyncio.Queue = asyncio.Queue()
-
-        async def pump() -> None:
-            async for item in self.launcher.tail(h, 0):
-                await q.put(item)
-
-        task = asyncio.create_task(pump())
-        try:
-            while True:
-                try:
-                    lines.append(await asyncio.wait_for(q.get(), 0.5))
-                except TimeoutError:
-                    break
-        finally:
-            await cancel_all([task])
+        # to the end of the file, however long the connection takes (never "until quiet")
+        lines = [item async for item in self.launcher.read_log(h, 0, partial=True)]
         lines = lines[-last:] if last else lines
         return [(off, redact_line(x, self._secrets)) for off, x in lines]
 

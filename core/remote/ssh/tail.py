@@ -3,8 +3,8 @@
 `tail()` yields `(next_offset, line)`: `next_offset` is the byte offset just past that line, so a
 caller that stores it can resume later (another session, after a crash) with no line lost and
 none repeated. Offsets count bytes of the file, not characters: a partial last line is held back
-until its newline arrives, non-UTF-8 bytes are decoded with replacement without disturbing the
-count, and a line longer than `max_line` bytes comes out in pieces. When the connection drops the
+until its newline arrives, lines are split and decoded by loglines (as local and Slurm logs are),
+and a line longer than `max_line` bytes comes out in pieces. When the connection drops the
 tail restarts from the last offset with back-off; the connection's state reaches `on_state`.
 """
 
@@ -17,76 +17,16 @@ import signal
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 
 from ..backoff import Backoff
+from ..loglines import MAX_LINE, LineSplitter
 from ..shell import CommandError, LocalRunner, Result, Runner
 from .connection import ConnState
 from .target import SshError
 
 __all__ = ["DEFAULT_MAX_LINE", "ConnState", "LineSplitter", "tail", "tail_argv"]
 
-DEFAULT_MAX_LINE = 64 * 1024
+DEFAULT_MAX_LINE = MAX_LINE
 # a dropped `tail -F` restarts after 0.25 s, ×2, at most 5 s apart (give up: the caller's give_up_s)
 TAIL_RETRY = Backoff(first_s=0.25, factor=2.0, max_s=5.0, give_up_s=None)
-
-
-class LineSplitter:
-    """Bytes in, `(next_offset, line)` out, counting bytes exactly."""
-
-    def __init__(self, offset: int = 0, max_line: int = DEFAULT_MAX_LINE):
-        if max_line < 16:
-            raise ValueError("max_line must be at least 16 bytes")
-        self.offset = offset  # just past the last byte handed out
-        self.max_line = max_line
-        self._buf = bytearray()
-
-    @property
-    def pending(self) -> int:
-        """Bytes received but not yet handed out (a partial line)."""
-        return len(self._buf)
-
-    def feed(self, data: bytes) -> list[tuple[int, str]]:
-        """Complete lines (and max_line pieces of over-long ones) found so far."""
-        buf = self._buf
-        buf += data
-        out: list[tuple[int, str]] = []
-        pos = 0
-        cap = self.max_line
-        while True:
-            nl = buf.find(b"\n", pos, pos + cap + 1)
-            if nl != -1:
-                raw = bytes(buf[pos:nl])
-                self.offset += nl + 1 - pos
-                pos = nl + 1
-                out.append((self.offset, _decode(raw).removesuffix("\r")))
-            elif len(buf) - pos > cap:
-                cut = pos + cap
-                # Cut before a UTF-8 continuation byte's lead, so a character is not split in two
-                # (which would show as two replacement marks). Bytes are never dropped either way.
-                while cut > pos + cap - 3 and buf[cut] & 0xC0 == 0x80:
-                    cut -= 1
-                self.offset += cut - pos
-                out.append((self.offset, _decode(bytes(buf[pos:cut]))))
-                pos = cut
-            else:
-                break
-        del buf[:pos]
-        return out
-
-    def flush(self) -> list[tuple[int, str]]:
-        """The held-back partial last line, if any: only when the file is known to be complete."""
-        if not self._buf:
-            return []
-        self.offset += len(self._buf)
-        line = _decode(bytes(self._buf))
-        self._buf.clear()
-        return [(self.offset, line)]
-
-    def reset(self) -> None:
-        """Forget the partial line: after a restart it is read again from `offset`."""
-        self._buf.clear()
-
-
-def _decode(raw: bytes) -> str:
-    return raw.decode("utf-8", errors="replace")
 
 
 def tail_argv(path: str, offset: int, follow: bool = True) -> list[str]:
@@ -96,14 +36,15 @@ def tail_argv(path: str, offset: int, follow: bool = True) -> list[str]:
 
 async def tail(runner: Runner, path: str, offset: int = 0, *, follow: bool = True,
                max_line: int = DEFAULT_MAX_LINE, backoff: Backoff | None = None,
-               give_up_s: float | None = None,
+               give_up_s: float | None = None, partial: bool = True,
                on_state: Callable[[ConnState], None] | None = None) -> AsyncIterator[tuple[int, str]]:
     """Lines of `path` on the runner's host from byte `offset`, as `(next_offset, line)`.
 
     follow=True keeps going (`tail -F`) and survives dropped connections: it restarts from the
     last offset with back-off, forever unless `give_up_s` seconds pass without progress. Trust and
     login errors (SshError.permanent) and a missing `tail` are raised at once. follow=False reads
-    to the current end of the file and then hands out the partial last line too.
+    to the current end of the file and then hands out the partial last line too (unless not `partial`:
+    its writer may still finish it, and the next read starts at its first byte).
     `on_state` receives the SSH connection's state changes (connecting/up/lost/reconnecting/...).
     """
     bo = backoff or TAIL_RETRY
@@ -124,7 +65,7 @@ async def tail(runner: Runner, path: str, offset: int = 0, *, follow: bool = Tru
                         for item in lines.feed(data):
                             yield item
                 if not follow:
-                    for item in lines.flush():
+                    for item in lines.flush() if partial else []:
                         yield item
                     return
                 # `tail -F` only ends when something killed it: treat it like a drop.

@@ -7,6 +7,7 @@ import asyncio
 import time
 from typing import TYPE_CHECKING
 
+from ...config.errors import AtomdeckError
 from ..classify import classify
 from ..events import TERMINAL, Event
 from .base import RunHost, cancel_all, keep_going
@@ -88,25 +89,14 @@ class LogWatcher:
             g.pairs.on_line(p.name, p.role, m.value, line)
 
     async def drain(self, name: str, h: ProcHandle, idle: float = 0.3) -> None:
-        """Read what the log has now, until it is quiet for `idle` seconds."""
-        q: asyncio.Queue = asyncio.Queue()
-
-        async def pump():
-            async for item in self.run.launcher.tail(h, self.run.offsets.get(name, 0)):
-                await q.put(item)
-
-        task = asyncio.create_task(pump())
+        """The log from the saved offset to its end of file (not "until quiet for `idle`": a connect
+        through a jump host can take longer). `idle` is kept for callers; it no longer matters."""
         try:
-            while True:
-                try:
-                    off, line = await asyncio.wait_for(q.get(), idle)
-                except TimeoutError:
-                    break
+            async for off, line in self.run.launcher.read_log(h, self.run.offsets.get(name, 0)):
                 self.run.offsets[name] = off
                 self.on_line(name, line)
-        finally:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+        except AtomdeckError:  # the node stayed unreachable: the follower picks the rest up later
+            return
 
     async def refresh(self) -> None:
         """One pass: liveness of every process, then the new lines of every log."""
