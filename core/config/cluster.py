@@ -93,9 +93,27 @@ class ModelDir(_Strict):
 
 
 class NodeIp(_Strict):
-    """How to find the IP that other nodes (and the router) use to reach a node."""
+    """How to find the IP that other nodes (and the router) use to reach a node. Offline, `method` says
+    where the plan's address comes from; at pre-flight each node is asked for its own addresses and one
+    is picked: on `interface` (a name or glob, e.g. `ens*`), else in `subnet`, else the Slurm NodeAddr when
+    the node has it, else the first of `hostname -I` (as InferenceX does). `static` keeps the cluster
+    file's `addr` as written."""
 
     method: Literal["nodeaddr", "name", "static"] = "nodeaddr"
+    interface: str | None = Field(None, min_length=1, description="pick the address on this interface")
+    subnet: str | None = Field(None, description="pick the address in this network, e.g. 10.77.0.0/24")
+
+    @field_validator("subnet")
+    @classmethod
+    def _subnet(cls, v: str | None) -> str | None:
+        if v is not None:
+            import ipaddress
+
+            try:
+                ipaddress.ip_network(v, strict=False)
+            except ValueError:
+                raise ValueError(f"{v!r} is not a network; write it as ADDRESS/PREFIX, e.g. 10.0.0.0/16") from None
+        return v
 
 
 class ContainerSpec(_Strict):

@@ -5,6 +5,7 @@ Pure and deterministic: the same recipe, cluster, inventory and choice give the 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -308,14 +309,20 @@ def _need_text(need: dict[str, int]) -> str:
 
 
 def build_plan(recipe: Recipe, cluster: Cluster, inventory: list[Node], selection: Selection,
-               overrides: frozenset[str] = frozenset()) -> Plan:
-    """Lay the recipe out on the selected nodes. Raises PlanError if the selection does not fit."""
+               overrides: frozenset[str] = frozenset(), node_ips: Mapping[str, str] | None = None) -> Plan:
+    """Lay the recipe out on the selected nodes. Raises PlanError if the selection does not fit.
+
+    `node_ips` are the addresses pre-flight learned from the nodes themselves: they win over the
+    inventory's (a Slurm NodeAddr may be a name, or one of several addresses), except for `static`."""
     by_name = {n.name: n for n in inventory}
     missing = [n for n in selection.all() if n not in by_name]
     if missing:
         raise PlanError(f"nodes not in the inventory of {cluster.name}: {', '.join(missing)}")
+    learned = dict(node_ips or {}) if cluster.node_ip.method != "static" else {}
 
     def host_of(name: str) -> str:
+        if name in learned:
+            return learned[name]
         node = by_name[name]
         return node.name if cluster.node_ip.method == "name" else (node.addr or node.name)
 

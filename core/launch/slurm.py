@@ -75,7 +75,7 @@ class SlurmLauncher(LauncherBase):
                 await self._submit(nodes)  # interrupted while the job waits to start: released below
             facts: dict[str, Any] = {"job_id": self.job_id, "job_owned": self.job_owned, "shared_dir": self.shared_dir}
             await self._mkdir_shared()
-            facts["nic"] = await self._preflight(plan, processes)
+            facts.update(await self._preflight(plan, processes))
         except BaseException:
             await self.release()
             raise
@@ -139,7 +139,7 @@ class SlurmLauncher(LauncherBase):
         raise AtomdeckError(f"the holding job {self.job_id} did not start ({last or 'it ended'}); "
                             "check the partition and the nodes' state")
 
-    async def _preflight(self, plan, processes: list[ProcessSpec]) -> dict[str, str]:
+    async def _preflight(self, plan, processes: list[ProcessSpec]) -> dict[str, dict[str, str]]:
         """The pre-flight script as one srun step per node, all in parallel."""
         return await run_checks(plan, processes, lambda node, argv: self.runner.run(
             self._srun(node, "preflight", argv, output=None), timeout=60))

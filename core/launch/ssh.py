@@ -94,8 +94,8 @@ class SshLauncher(LauncherBase):
                                        check=True)
 
         await asyncio.gather(*(mk(n) for n in nodes))  # also: the first connection to every node, in parallel
-        nic = await run_checks(plan, processes, lambda node, argv: self.shell(node).run(argv, timeout=60))
-        return {"remote_dir": self.remote_dir, "nic": nic}
+        facts = await run_checks(plan, processes, lambda node, argv: self.shell(node).run(argv, timeout=60))
+        return {"remote_dir": self.remote_dir, **facts}
 
     # ---------------------------------------------------------------------------------------- processes
     async def start(self, spec: ProcessSpec) -> ProcHandle:

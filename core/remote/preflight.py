@@ -7,11 +7,14 @@ One small POSIX-sh script runs on every node in parallel (as a Slurm step or ove
 from __future__ import annotations
 
 import asyncio
+import fnmatch
+import ipaddress
 import json
 import shlex
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
+from ..config.cluster import NodeIp
 from ..config.errors import PreflightError
 from ..design.commands import ProcessSpec
 from ..design.findings import Finding
@@ -48,6 +51,8 @@ if command -v rocm-smi >/dev/null 2>&1; then
 else
   echo "gpu_json="
 fi
+echo "ips=$(hostname -I 2>/dev/null)"
+echo "ifaddrs=$(ip -o addr show 2>/dev/null | awk '{split($4, a, "/"); print $2 "=" a[1]}' | tr '\n' ' ')"
 echo "preflight=done"
 '''
 
@@ -59,6 +64,50 @@ class NodeCheck:
     model_path: str = ""
     runtime: str = ""  # a shell command that fails when the worker's runtime is not importable
     result: dict[str, str] = field(default_factory=dict)
+    node_addr: str = ""  # what Slurm (or the cluster file) calls the node's address
+
+
+def node_addresses(result: dict[str, str]) -> list[tuple[str, str]]:
+    """(interface, address) pairs the node reported, loopback and IPv6 link-local left out; from
+    `hostname -I` alone (interface '?') when `ip` was not there."""
+    pairs = []
+    for item in result.get("ifaddrs", "").split():
+        iface, _, addr = item.partition("=")
+        pairs.append((iface.split("@")[0], addr))
+    if not pairs:
+        pairs = [("?", a) for a in result.get("ips", "").split()]
+    keep = []
+    for iface, addr in pairs:
+        try:
+            ip = ipaddress.ip_address(addr.split("%")[0])
+        except ValueError:
+            continue
+        if not (ip.is_loopback or ip.is_link_local):
+            keep.append((iface, str(ip)))
+    return keep
+
+
+def pick_node_ip(check: NodeCheck, spec: NodeIp) -> tuple[str | None, str]:
+    """The address the node's peers must use, and how it was chosen (or why none could be)."""
+    have = node_addresses(check.result)
+    shown = ", ".join(f"{a} on {i}" if i != "?" else a for i, a in have) or "no address"
+    cands = have
+    if spec.interface:
+        cands = [(i, a) for i, a in cands if fnmatch.fnmatchcase(i, spec.interface)]
+    if spec.subnet:
+        net = ipaddress.ip_network(spec.subnet, strict=False)
+        cands = [(i, a) for i, a in cands if ipaddress.ip_address(a) in net]
+    wanted = " and ".join(x for x in (spec.interface and f"on interface {spec.interface}",
+                                      spec.subnet and f"in {spec.subnet}") if x)
+    if wanted:
+        return (cands[0][1], f"{cands[0][1]} ({wanted})") if cands else (None, f"it has {shown}")
+    if check.node_addr in {a for _, a in have}:
+        return check.node_addr, f"{check.node_addr} (its NodeAddr)"
+    v4 = [a for _, a in have if ":" not in a]
+    if v4 or have:
+        first = (v4 or [a for _, a in have])[0]
+        return first, f"{first} (first of hostname -I)"
+    return None, "it reported no address (hostname -I printed nothing)"
 
 
 def checks_for(plan: Plan, processes: list[ProcessSpec]) -> list[NodeCheck]:
@@ -66,7 +115,8 @@ def checks_for(plan: Plan, processes: list[ProcessSpec]) -> list[NodeCheck]:
     out = []
     for node in plan.selection.all():
         ports = sorted({port for p in processes if p.node == node for port in p.ports})
-        out.append(NodeCheck(node, ports, model_host_path(plan, node), runtime_check(processes, node)))
+        out.append(NodeCheck(node, ports, model_host_path(plan, node), runtime_check(processes, node),
+                             node_addr=plan.node(node).addr or ""))
     return out
 
 
@@ -161,10 +211,29 @@ def _vram_use(text: str) -> list[tuple[str, float]]:
     return out
 
 
+def ip_findings(checks: list[NodeCheck], spec: NodeIp) -> tuple[dict[str, str], list[Finding]]:
+    """Each node's own address (node -> IP), and a finding naming every node where none matches."""
+    ips, out = {}, []
+    key = "node_ip.interface" if spec.interface else "node_ip.subnet"
+    for ch in checks:
+        if ch.result.get("preflight") != "done":
+            continue
+        ip, why = pick_node_ip(ch, spec)
+        if ip is None:
+            wanted = " and ".join(x for x in (spec.interface and f"on interface {spec.interface}",
+                                              spec.subnet and f"in {spec.subnet}") if x) or "at all"
+            out.append(Finding("preflight-node-ip", "error", f"{ch.node} has no address {wanted}: {why}", key,
+                               "set node_ip.interface or node_ip.subnet to the network the nodes share", ch.node))
+        else:
+            ips[ch.node] = ip
+    return ips, out
+
+
 async def run_checks(plan: Plan, processes: list[ProcessSpec],
-                     run_on: Callable[[str, list[str]], Awaitable[Result]]) -> dict[str, str]:
+                     run_on: Callable[[str, list[str]], Awaitable[Result]]) -> dict[str, dict[str, str]]:
     """Run the script on every node in parallel (run_on(node, argv) runs it there: an srun step, an SSH
-    command). Raises PreflightError with every finding; returns each node's RDMA NIC type."""
+    command). Raises PreflightError with every finding; returns facts: each node's RDMA NIC type
+    ("nic") and the address its peers must use, learned from the node itself ("node_ips")."""
     checks = checks_for(plan, processes)
 
     async def one(ch: NodeCheck) -> None:
@@ -175,6 +244,7 @@ async def run_checks(plan: Plan, processes: list[ProcessSpec],
 
     await asyncio.gather(*(one(ch) for ch in checks))
     findings = [f for ch in checks for f in findings_from(ch, plan.recipe.model.path)]
-    if findings:
-        raise PreflightError(findings)
-    return {ch.node: ch.result.get("nic", "none") for ch in checks}
+    ips, ip_errors = ip_findings(checks, plan.cluster.node_ip)
+    if findings or ip_errors:
+        raise PreflightError(findings + ip_errors)
+    return {"nic": {ch.node: ch.result.get("nic", "none") for ch in checks}, "node_ips": ips}

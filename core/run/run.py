@@ -8,7 +8,7 @@ import asyncio
 import builtins
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from pathlib import Path
 
@@ -162,6 +162,10 @@ class Run:
             raise
         meta.update(facts)
         rd.write_json("run.json", meta)
+        if facts.get("node_ips"):  # the addresses the nodes gave at pre-flight: ATOM_HOST_IP, proxy_ip, URLs
+            plan = build_plan(plan.recipe, plan.cluster, list(plan.nodes), plan.selection, plan.overrides,
+                              facts["node_ips"])
+            a = replace(a, plan=plan)
         ctx = default_context(plan.cluster, run_id=run_id, job_id=meta.get("job_id"), log_dir=str(rd.path / "logs"),
                               nic=facts.get("nic", {}))
         processes = render(plan, ws.catalog, ctx)
@@ -195,7 +199,8 @@ class Run:
         inventory = [Node(d["name"], d["addr"], tuple(d["states"]), d["gpus"], tuple(d["partitions"]), d["reason"])
                      for d in rd.read_json("inventory.json")]
         selection = Selection(tuple(sel["prefill"]), tuple(sel["decode"]), tuple(sel["workers"]), sel["router"])
-        plan = build_plan(recipe, cluster, inventory, selection, frozenset(sel.get("overrides", ())))
+        plan = build_plan(recipe, cluster, inventory, selection, frozenset(sel.get("overrides", ())),
+                          meta.get("node_ips"))
         ctx = default_context(cluster, run_id=rd.id, job_id=meta.get("job_id"), log_dir=str(rd.path / "logs"))
         processes = render(plan, None, ctx)
         launcher = make_launcher(cluster, rd.id, str(rd.path), meta)

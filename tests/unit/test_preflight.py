@@ -51,3 +51,28 @@ def test_model_path_maps_to_the_nodes_model_dir_for_containers():
     assert model_host_path(b.plan, "mia1-p01-g01") == "/models/DeepSeek-V4-Pro"
     c = lab_assess()
     assert model_host_path(c.plan, "mia1-p01-g01") == ""  # a hub id is not a path to check
+
+
+def test_the_nodes_own_address_is_picked_by_interface_subnet_nodeaddr_or_first():
+    from atomdeck.core.config.cluster import NodeIp
+    from atomdeck.core.remote.preflight import pick_node_ip
+
+    result = {"preflight": "done", "ips": "192.168.1.5 10.20.0.7 fd00::7",
+              "ifaddrs": "lo=127.0.0.1 eno1=192.168.1.5 ens5np0=10.20.0.7 ens5np0=fd00::7 ens5np0=fe80::1"}
+    ch = NodeCheck("g01", [], node_addr="mia1-p01-g01")
+    ch.result = result
+    assert pick_node_ip(ch, NodeIp(interface="ens*"))[0] == "10.20.0.7"
+    assert pick_node_ip(ch, NodeIp(subnet="10.20.0.0/16"))[0] == "10.20.0.7"
+    assert pick_node_ip(ch, NodeIp(subnet="fd00::/64"))[0] == "fd00::7"
+    assert pick_node_ip(ch, NodeIp())[0] == "192.168.1.5"  # NodeAddr is a name: first of hostname -I
+    ch.node_addr = "10.20.0.7"
+    assert pick_node_ip(ch, NodeIp()) == ("10.20.0.7", "10.20.0.7 (its NodeAddr)")
+    assert pick_node_ip(ch, NodeIp(interface="ib*")) == (
+        None, "it has 192.168.1.5 on eno1, 10.20.0.7 on ens5np0, fd00::7 on ens5np0")
+    ch.result = {"preflight": "done", "ips": "10.1.2.3"}  # no `ip` on the node
+    assert pick_node_ip(ch, NodeIp(subnet="10.0.0.0/8"))[0] == "10.1.2.3"
+
+
+def test_the_script_reports_this_machines_addresses():
+    out = parse(subprocess.run(["sh", "-c", SCRIPT, "x", "", "", ""], capture_output=True, text=True).stdout)
+    assert "ips" in out and "ifaddrs" in out and "lo=127.0.0.1" in out["ifaddrs"]
