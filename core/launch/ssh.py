@@ -30,17 +30,25 @@ WAIT_SCRIPT = script("wait")  # one channel per node reports every process's end
 STOP_SCRIPT = script("stop")  # TERM a process group, wait, KILL, verify
 SWEEP_SCRIPT = script("sweep")  # kill what is left of the run on a node
 POLL_SCRIPT = script("poll")  # alive, or how it ended
+ALREADY_SCRIPT = script("already")  # a start run twice reports the first one's PID
 
 
 def detached_command(run_id: str, name: str, remote_dir: str, log: str, exit_path: str, pid_path: str,
                      inner: list[str]) -> str:
     """The shell line that starts a process detached on a node (own session, log, pidfile) and prints its
-    PID. Every piece of the command is quoted with shlex: no value can change what runs."""
+    PID. Every piece of the command is quoted with shlex: no value can change what runs.
+
+    It runs at most once: a start token (a directory next to the pidfile, made atomically) is taken first;
+    run again (a retry after the SSH connection dropped mid-start), it prints the PID of the process the
+    first run started instead of starting a second copy."""
     q = shlex.quote
     detached = shlex.join(["env", f"ATOMDECK_RUN={run_id}:{name}", "setsid", "/bin/sh", "-c", SUPERVISOR,
                            marker(run_id, name), exit_path, *inner])
-    return (f"umask 077; rm -f {q(exit_path)}; cd {q(remote_dir)} && {detached} >>{q(log)} 2>&1 </dev/null & "
-            f"echo $! > {q(pid_path)}; echo $!")
+    token = f"{pid_path}.started"
+    already = shlex.join(["sh", "-c", ALREADY_SCRIPT, "already", f"{run_id}:{name}", pid_path])
+    return (f"umask 077; if mkdir {q(token)} 2>/dev/null; then rm -f {q(exit_path)}; "
+            f"cd {q(remote_dir)} && {{ {detached} >>{q(log)} 2>&1 </dev/null & }} && "
+            f"echo $! > {q(pid_path)}; echo $!; else {already}; fi")
 
 
 class SshLauncher(LauncherBase):

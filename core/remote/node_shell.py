@@ -32,6 +32,15 @@ class NodeShell(Protocol):
     async def close(self) -> None: ...
 
 
+def _dropped(e: BaseException) -> bool:
+    """The shell or its connection went away (EOF, a reset, asyncssh's ConnectionLost)."""
+    if isinstance(e, (OSError, EOFError, asyncio.IncompleteReadError)):
+        return True
+    import asyncssh
+
+    return isinstance(e, (asyncssh.ConnectionLost, asyncssh.DisconnectError, asyncssh.ChannelOpenError))
+
+
 class RemoteShell:
     """Runs argv lists in one persistent shell on the runner's host. Same result type as Runner.run."""
 
@@ -82,14 +91,14 @@ class RemoteShell:
             except TimeoutError:
                 await self._close()
                 res = Result(list(argv), 124, "", f"timed out after {timeout:g}s")
-            except (OSError, EOFError, asyncio.IncompleteReadError):
+            except BaseException as e:
+                await self._close()
+                if not _dropped(e):
+                    raise
                 # the shell broke (connection dropped, node rebooted): this one command goes over a fresh
-                # channel; the next call starts a new shell
-                await self._close()
+                # channel (so every command sent here must be safe to run twice: a start checks its start
+                # token); the next call starts a new shell
                 return await self.runner.run(list(argv), timeout=timeout, check=check)
-            except BaseException:
-                await self._close()
-                raise
         if check and not res.ok:
             raise CommandError(res)
         return res

@@ -3,6 +3,7 @@ with importlib.resources, and do what the launchers rely on when run by a real `
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -23,8 +24,9 @@ SCRIPTS = sorted((ROOT / "core" / "launch" / "scripts").glob("*.sh"))
 def test_the_scripts_are_package_data_and_each_is_used():
     data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
     assert "scripts/*.sh" in data["atomdeck.core.launch"]
-    assert {p.stem for p in SCRIPTS} == {"supervisor", "wait", "stop", "sweep", "poll", "slurm-sweep"}
-    loaded = {base.SUPERVISOR, ssh.WAIT_SCRIPT, ssh.STOP_SCRIPT, ssh.SWEEP_SCRIPT, ssh.POLL_SCRIPT, slurm.SWEEP_SCRIPT}
+    assert {p.stem for p in SCRIPTS} == {"supervisor", "wait", "stop", "sweep", "poll", "slurm-sweep", "already"}
+    loaded = {base.SUPERVISOR, ssh.WAIT_SCRIPT, ssh.STOP_SCRIPT, ssh.SWEEP_SCRIPT, ssh.POLL_SCRIPT, slurm.SWEEP_SCRIPT,
+              ssh.ALREADY_SCRIPT}
     assert loaded == {script(p.stem) for p in SCRIPTS}
 
 
@@ -79,3 +81,29 @@ def test_the_sweeps_kill_only_the_runs_own_processes(which):
             if p.poll() is None:
                 p.kill()
                 p.wait()
+
+
+def test_a_start_run_twice_reports_the_first_process_and_starts_no_second(tmp_path):
+    """The ssh launcher's start line, re-run as RemoteShell does after a dropped connection (issue 17.4)."""
+    run = f"t{uuid.uuid4().hex[:10]}"
+    line = ssh.detached_command(run, "decode-0", str(tmp_path), str(tmp_path / "d.log"), str(tmp_path / "d.exit"),
+                                str(tmp_path / "d.pid"), ["sleep", "60"])
+    first = second = None
+    try:
+        first = int(subprocess.run(["sh", "-c", line], capture_output=True, text=True, timeout=30).stdout)
+        second = int(subprocess.run(["sh", "-c", line], capture_output=True, text=True, timeout=30).stdout)
+        assert second == first
+        ours = [f for f in os.listdir("/proc") if f.isdigit() and _env_has(int(f), f"ATOMDECK_RUN={run}:decode-0")]
+        assert len({os.getpgid(int(p)) for p in ours}) == 1  # one supervisor group, not two
+    finally:
+        for pid in {first, second} - {None}:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+
+
+def _env_has(pid: int, entry: str) -> bool:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return entry.encode() in f.read().split(b"\0")
+    except OSError:
+        return False
