@@ -21,6 +21,7 @@ from ..config.cluster import Cluster
 from ..config.errors import AtomdeckError
 from ..design.commands import ProcessSpec, launcher_wrap
 from ..design.inventory import Node, expand_hostlist, parse_scontrol_nodes
+from ..remote.engine_flags import check_engine_flags
 from ..remote.filetail import follow
 from ..remote.preflight import PreflightError, run_checks
 from ..remote.shell import LocalRunner, Runner
@@ -141,8 +142,11 @@ class SlurmLauncher(LauncherBase):
 
     async def _preflight(self, plan, processes: list[ProcessSpec]) -> dict[str, dict[str, str]]:
         """The pre-flight script as one srun step per node, all in parallel."""
-        return await run_checks(plan, processes, lambda node, argv: self.runner.run(
+        facts = await run_checks(plan, processes, lambda node, argv: self.runner.run(
             self._srun(node, "preflight", argv, output=None), timeout=60))
+        await check_engine_flags(plan, processes, lambda node, argv: self.runner.run(
+            self._srun(node, "preflight-help", argv, output=None), timeout=120))
+        return facts
 
     def _srun(self, node: str, name: str, inner: list[str], output: str | None) -> list[str]:
         argv = ["srun", "--jobid", str(self.job_id), "--overlap", "-w", node, "-N1", "-n1", f"--job-name={name}"]

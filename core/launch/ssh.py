@@ -93,6 +93,7 @@ class SshLauncher(LauncherBase):
 
     # ---------------------------------------------------------------------------------------- prepare
     async def prepare(self, plan, processes: list[ProcessSpec]) -> dict:
+        from ..remote.engine_flags import check_engine_flags
         from ..remote.preflight import run_checks
 
         nodes = list(plan.selection.all())
@@ -103,6 +104,7 @@ class SshLauncher(LauncherBase):
 
         await asyncio.gather(*(mk(n) for n in nodes))  # also: the first connection to every node, in parallel
         facts = await run_checks(plan, processes, lambda node, argv: self.shell(node).run(argv, timeout=60))
+        await check_engine_flags(plan, processes, lambda node, argv: self.shell(node).run(argv, timeout=120))
         return {"remote_dir": self.remote_dir, **facts}
 
     # ---------------------------------------------------------------------------------------- processes

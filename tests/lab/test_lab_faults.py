@@ -68,3 +68,27 @@ def test_scancel_from_outside_is_reported_and_down_is_clean(lab):
     assert report.clean, report.lines()
     assert squeue_job(str(job)) == "" and squeue_steps(str(job)) == ""
     assert run_pids(lab, run.id) == {} and open_ports(run) == []
+
+
+@pytest.mark.parametrize("cluster", ["lab", "lab-ssh"])
+def test_a_flag_the_engine_rejects_is_refused_before_launch_with_its_spelling(lab, cluster):
+    """Issue 17.3: the worker's own parser (its --help on a chosen node) refuses `--kv-cache-dtype` before
+    anything starts, where the launch would otherwise fail minutes into the allocation."""
+    ws = workspace("demo-1p1d", cluster, decode__args={"kv-cache-dtype": "fp8"})
+    a = ws.assess()
+    assert a.ok, a.findings  # offline lint cannot know what this engine version accepts
+    try:
+        run = asyncio.run(Run.launch(ws, a))
+    except PreflightError as e:
+        refused = e
+    else:  # never leave a launch that should not have happened running on the lab
+        asyncio.run(run.close())
+        teardown(run.id)
+        pytest.fail("launched with a flag the engine rejects")
+    (f,) = refused.findings
+    assert (f.rule, f.key, f.fix) == ("preflight-flag", "decode.args.kv-cache-dtype", "spell it --kv_cache_dtype")
+    assert "--kv-cache-dtype is not a flag of `python3 -m atom.entrypoints.openai_server`" in f.message
+    run = Run.list()[-1]
+    assert run["status"] == "failed" and "pre-flight failed" in run["diagnosis"]
+    assert subprocess.run(["squeue", "-h"], capture_output=True, text=True).stdout.strip() == ""
+    assert run_pids(lab, run["id"]) == {}

@@ -72,9 +72,15 @@ def test_no_address_on_the_clusters_network_refuses_the_launch_naming_what_the_n
     ws = workspace("demo-1p1d", "lab-ib")
     a = ws.assess([f"{G}1", f"{G}2"])
     assert a.ok, a.findings
-    with pytest.raises(PreflightError) as e:
-        asyncio.run(Run.launch(ws, a))
-    found = sorted((f.node, f.key, f.message) for f in e.value.findings if f.rule == "preflight-node-ip")
+    try:
+        run = asyncio.run(Run.launch(ws, a))
+    except PreflightError as e:
+        refused = e
+    else:  # never leave a launch that should not have happened running on the lab
+        asyncio.run(run.close())
+        teardown(run.id)
+        pytest.fail("launched although no node has an address on interface ib*")
+    found = sorted((f.node, f.key, f.message) for f in refused.findings if f.rule == "preflight-node-ip")
     assert found == [(f"{G}{i}", "node_ip.interface",
                       f"{G}{i} has no address on interface ib*: it has 10.77.0.1{i} on eth0") for i in (1, 2)]
     assert Run.list()[-1]["status"] == "failed"
