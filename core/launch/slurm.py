@@ -33,6 +33,7 @@ from .local import describe_exit, wait_exit
 SWEEP_SCRIPT = script("slurm-sweep")
 
 JOB_START_TIMEOUT = 120.0
+TAILS_PER_CONNECTION = 8  # of OpenSSH's 10 sessions per connection (MaxSessions), leave room for reads
 
 
 async def query_nodes(cluster: Cluster, names: list[str] | None = None, runner: Runner | None = None) -> list[Node]:
@@ -65,6 +66,8 @@ class SlurmLauncher(LauncherBase):
         self._steps: dict[str, str] = {}  # name -> step id
         self._step_table: tuple[float, dict[str, tuple[str, str]]] = (0.0, {})
         self._lock = asyncio.Lock()
+        self._tail_lanes: dict[str, int] = {}  # process name -> its tail's connection (login host)
+        self._tail_runners: dict[int, Runner] = {}
 
     # ------------------------------------------------------------------------------------ allocation
     async def prepare(self, plan, processes: list[ProcessSpec]) -> dict:
@@ -276,7 +279,22 @@ class SlurmLauncher(LauncherBase):
             return follow(handle.log_path, offset)
         from ..remote.ssh.tail import tail as remote_tail
 
-        return remote_tail(self.runner, handle.log_path, offset)
+        return remote_tail(self._tail_runner(handle.name), handle.log_path, offset)
+
+    def _tail_runner(self, name: str) -> Runner:
+        """Log tails through the login host ride their own connections, TAILS_PER_CONNECTION each: OpenSSH
+        allows 10 sessions per connection, and a tail holds one for good, so on the command connection
+        the tenth process's tail (and every squeue, cat and scancel after it) would wait forever."""
+        from dataclasses import replace
+
+        from ..remote.ssh.runner import SshRunner
+
+        if not isinstance(self.runner, SshRunner):
+            return self.runner
+        lane = self._tail_lanes.setdefault(name, 1 + len(self._tail_lanes) // TAILS_PER_CONNECTION)
+        if lane not in self._tail_runners:
+            self._tail_runners[lane] = SshRunner(replace(self.runner.target, lane=lane))
+        return self._tail_runners[lane]
 
     async def read_log(self, handle: ProcHandle, offset: int = 0, *,
                        partial: bool = False) -> AsyncIterator[tuple[int, str]]:
@@ -388,6 +406,8 @@ class SlurmLauncher(LauncherBase):
         return self.runner if not self.local_control else LocalRunner()
 
     async def close(self) -> None:
+        for r in self._tail_runners.values():
+            await r.close()
         await self.runner.close()
 
 

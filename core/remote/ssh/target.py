@@ -80,6 +80,7 @@ class SshTarget:
     keepalive_s: float = 15.0
     keepalive_count_max: int = 3
     label: str | None = field(default=None, compare=False)  # name for messages (node name)
+    lane: int = 0  # > 0: a separate connection to the same place (long-lived streams off the command one)
     backoff: Backoff = field(default=SSH_RECONNECT, compare=False)
 
     @property
@@ -91,7 +92,7 @@ class SshTarget:
         """Pool key: one connection per distinct key. Trust and identity files are part of it so a
         connection verified against one known_hosts is never reused for a caller that named another."""
         return (self.host, self.port, self.user, self.jump.key if self.jump else None,
-                self.ssh_config, self.known_hosts, self.identity, self.agent_forwarding)
+                self.ssh_config, self.known_hosts, self.identity, self.agent_forwarding, self.lane)
 
     def describe(self) -> str:
         """`node (user@host:port via login)`, for messages."""
