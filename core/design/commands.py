@@ -116,8 +116,9 @@ def docker_wrap(plan: Plan, ctx: LaunchContext, node: str, name: str, argv: list
                 env: dict[str, str]) -> list[str]:
     """`docker run` as InferenceX's job.slurm runs it: host network and IPC, GPUs, RDMA, model dir at /models."""
     c = plan.cluster.container
+    rdma = plan.recipe.mode == "disagg" and plan.recipe.mooncake.protocol in (None, "rdma")
     out = ["docker", "run", "--rm", "--init", "--stop-timeout", "10", "--name", name,
-           "--device", "/dev/dri", "--device", "/dev/kfd", "--device", "/dev/infiniband",
+           "--device", "/dev/dri", "--device", "/dev/kfd", *(["--device", "/dev/infiniband"] if rdma else []),
            "--ulimit", "memlock=-1", "--ulimit", "stack=67108864", "--ulimit", "nofile=1048576:1048576",
            "--network", "host", "--ipc", "host", "--group-add", "video", "--cap-add", "SYS_PTRACE",
            "--security-opt", "seccomp=unconfined", "--privileged", "-v", "/sys:/sys", "--shm-size", c.shm_size]

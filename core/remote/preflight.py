@@ -22,10 +22,17 @@ from ..design.plan import Plan
 from .shell import Result
 
 VRAM_IDLE_PCT = 10
+NOFILE_NEEDED = 65536  # InferenceX: `ulimit -n 65536` / docker --ulimit nofile for Mooncake
 
-# $1: ports to check (space separated), $2: a path that must exist (or ""), $3: runtime check command
-SCRIPT = r'''ports=$1; model=$2; runtime=$3
+# $1: ports to check (space separated), $2: a path that must exist (or ""), $3: runtime check command,
+# $4: Mooncake library directories the workers' LD_LIBRARY_PATH names (space separated; outside containers)
+SCRIPT = r'''ports=$1; model=$2; runtime=$3; mooncake=$4
 echo "host=$(hostname)"
+echo "nofile=$(ulimit -n) $(ulimit -Hn)"
+if [ -e /dev/infiniband ]; then echo "ib_dev=yes"; else echo "ib_dev=no"; fi
+missing=
+for d in $mooncake; do [ -d "$d" ] || missing="$missing $d"; done
+echo "mooncake_missing=$missing"
 nic=none
 if [ -d /sys/class/infiniband ]; then
   for d in /sys/class/infiniband/*; do
@@ -65,6 +72,9 @@ class NodeCheck:
     runtime: str = ""  # a shell command that fails when the worker's runtime is not importable
     result: dict[str, str] = field(default_factory=dict)
     node_addr: str = ""  # what Slurm (or the cluster file) calls the node's address
+    mooncake_dirs: list[str] = field(default_factory=list)  # LD_LIBRARY_PATH entries for Mooncake (no container)
+    rdma: bool = False  # a KV transfer over RDMA runs on this node: /dev/infiniband must be there
+    nofile: int = 0  # the open-files limit the engine needs (0: not checked, e.g. a container sets it)
 
 
 def node_addresses(result: dict[str, str]) -> list[tuple[str, str]]:
@@ -115,8 +125,14 @@ def checks_for(plan: Plan, processes: list[ProcessSpec]) -> list[NodeCheck]:
     out = []
     for node in plan.selection.all():
         ports = sorted({port for p in processes if p.node == node for port in p.ports})
+        workers = [p for p in processes if p.node == node and p.role != "router"]
+        container = plan.cluster.container.runtime != "none"
+        dirs = sorted({d for p in workers for d in p.env.get("LD_LIBRARY_PATH", "").split(":")
+                       if "mooncake" in d.lower()}) if not container else []
+        rdma = plan.recipe.mode == "disagg" and plan.recipe.mooncake.protocol in (None, "rdma") and bool(workers)
+        nofile = NOFILE_NEEDED if workers and not container and not plan.cluster.simulator.enabled else 0
         out.append(NodeCheck(node, ports, model_host_path(plan, node), runtime_check(processes, node),
-                             node_addr=plan.node(node).addr or ""))
+                             node_addr=plan.node(node).addr or "", mooncake_dirs=dirs, rdma=rdma, nofile=nofile))
     return out
 
 
@@ -151,7 +167,7 @@ def runtime_check(processes: list[ProcessSpec], node: str) -> str:
 
 def command(check: NodeCheck) -> list[str]:
     return ["sh", "-c", SCRIPT, "atomdeck-preflight", " ".join(map(str, check.ports)), check.model_path,
-            check.runtime]
+            check.runtime, " ".join(check.mooncake_dirs)]
 
 
 def parse(output: str) -> dict[str, str]:
@@ -183,6 +199,7 @@ def findings_from(check: NodeCheck, recipe_model: str) -> list[Finding]:
         out.append(Finding("preflight-runtime", "error",
                            f"the worker's runtime cannot start on {n}: {rt[len('missing'):].strip() or 'not found'}",
                            "image / cluster", "install ATOM on the node or use the container image", n))
+    out += image_findings(check)
     gpu = r.get("gpu_json", "")
     if gpu:
         for card, pct in _vram_use(gpu):
@@ -190,6 +207,29 @@ def findings_from(check: NodeCheck, recipe_model: str) -> list[Finding]:
                 out.append(Finding("preflight-gpu", "error",
                                    f"{card} on {n} already uses {pct:.0f}% VRAM (a leftover process?)",
                                    "--nodes", f"free the GPU (VRAM <= {VRAM_IDLE_PCT}%) or pick another node", n))
+    return out
+
+
+def image_findings(check: NodeCheck) -> list[Finding]:
+    """What the DeepSeek recipes assume of the place the engine runs: Mooncake's library directory, enough
+    open files for Mooncake, and the RDMA devices when the KV transfer is RDMA."""
+    r, n, out = check.result, check.node, []
+    for d in r.get("mooncake_missing", "").split():
+        out.append(Finding("preflight-mooncake", "error",
+                           f"LD_LIBRARY_PATH names {d} for Mooncake, but {n} has no such directory",
+                           "env.LD_LIBRARY_PATH", "point it at <site-packages>/mooncake of the Python that runs ATOM",
+                           n))
+    soft, _, hard = r.get("nofile", "").partition(" ")
+    if check.nofile and hard and hard != "unlimited" and hard.isdigit() and int(hard) < check.nofile:
+        out.append(Finding("preflight-nofile", "error",
+                           f"the open-files limit on {n} is {soft} (at most {hard}); Mooncake needs {check.nofile} "
+                           "and atomdeck can raise it only up to the hard limit",
+                           "cluster", f"raise the hard limit (nofile {check.nofile} in limits.conf, or Slurm's "
+                                      "PropagateResourceLimits), or run in a container (--ulimit nofile)", n))
+    if check.rdma and r.get("ib_dev") == "no":
+        out.append(Finding("preflight-rdma", "error",
+                           f"the KV transfer is RDMA but {n} has no /dev/infiniband",
+                           "mooncake.protocol", "set mooncake.protocol: tcp, or pick nodes with RDMA devices", n))
     return out
 
 

@@ -92,3 +92,25 @@ def test_a_flag_the_engine_rejects_is_refused_before_launch_with_its_spelling(la
     assert run["status"] == "failed" and "pre-flight failed" in run["diagnosis"]
     assert subprocess.run(["squeue", "-h"], capture_output=True, text=True).stdout.strip() == ""
     assert run_pids(lab, run["id"]) == {}
+
+
+def test_rdma_without_devices_and_a_missing_mooncake_dir_are_refused_before_launch(lab):
+    """Issue 17.10: what the DeepSeek recipes assume where the engine runs: /dev/infiniband for an RDMA
+    KV transfer (the lab's nodes have none) and the Mooncake directory LD_LIBRARY_PATH names."""
+    ws = workspace("demo-1p1d", "lab", mooncake__protocol="rdma",
+                   env={"LD_LIBRARY_PATH": "/opt/venv/lib/python3.10/site-packages/mooncake:/usr/lib"})
+    a = ws.assess()
+    assert a.ok, a.findings
+    try:
+        run = asyncio.run(Run.launch(ws, a))
+    except PreflightError as e:
+        refused = e
+    else:  # never leave a launch that should not have happened running on the lab
+        asyncio.run(run.close())
+        teardown(run.id)
+        pytest.fail("launched an RDMA transfer on nodes without /dev/infiniband")
+    got = sorted((f.rule, f.node, f.key) for f in refused.findings)
+    assert got == [(rule, f"{G}{i}", key) for rule, key in (("preflight-mooncake", "env.LD_LIBRARY_PATH"),
+                                                            ("preflight-rdma", "mooncake.protocol"))
+                   for i in (1, 2)]
+    assert subprocess.run(["squeue", "-h"], capture_output=True, text=True).stdout.strip() == ""

@@ -52,3 +52,15 @@ def test_a_container_that_cannot_be_removed_is_reported(tmp_path, monkeypatch):
     _with_docker(tmp_path, monkeypatch)
     ((done, line),) = asyncio.run(LocalLauncher("r1", str(tmp_path)).remove_containers({"n1": ["stuck_decode"]}))
     assert not done and "docker rm -f stuck_decode failed" in line and "device or resource busy" in line
+
+
+def test_the_rdma_devices_are_passed_only_for_an_rdma_kv_transfer():
+    """Issue 17.10: `--device /dev/infiniband` makes docker fail on a node without it; only RDMA needs it."""
+    from .helpers import LAB, lab_assess
+
+    docker = LAB + "container: {runtime: docker}\n"
+    rdma = lab_assess("image: rocm/atom:v1\n", cluster=docker)
+    tcp = lab_assess("image: rocm/atom:v1\nmooncake: {protocol: tcp}\n", cluster=docker)
+    agg = lab_assess("image: rocm/atom:v1\nmode: aggregate\naggregate: {workers: 1}\n", cluster=docker)
+    assert all("/dev/infiniband" in p.inner for p in rdma.processes if p.role != "router")
+    assert not any("/dev/infiniband" in p.inner for p in tcp.processes + agg.processes)

@@ -76,3 +76,34 @@ def test_the_nodes_own_address_is_picked_by_interface_subnet_nodeaddr_or_first()
 def test_the_script_reports_this_machines_addresses():
     out = parse(subprocess.run(["sh", "-c", SCRIPT, "x", "", "", ""], capture_output=True, text=True).stdout)
     assert "ips" in out and "ifaddrs" in out and "lo=127.0.0.1" in out["ifaddrs"]
+
+
+def test_inside_the_image_findings_mooncake_dir_open_files_and_rdma_devices():
+    from atomdeck.core.remote.preflight import image_findings
+
+    ch = NodeCheck("g01", [], mooncake_dirs=["/opt/x/mooncake"], rdma=True, nofile=65536)
+    ch.result = {"mooncake_missing": " /opt/x/mooncake", "nofile": "1024 4096", "ib_dev": "no"}
+    got = {f.rule: (f.key, f.message) for f in image_findings(ch)}
+    assert got == {
+        "preflight-mooncake": ("env.LD_LIBRARY_PATH",
+                               "LD_LIBRARY_PATH names /opt/x/mooncake for Mooncake, but g01 has no such directory"),
+        "preflight-nofile": ("cluster", "the open-files limit on g01 is 1024 (at most 4096); Mooncake needs 65536 "
+                                        "and atomdeck can raise it only up to the hard limit"),
+        "preflight-rdma": ("mooncake.protocol", "the KV transfer is RDMA but g01 has no /dev/infiniband")}
+    ch.result = {"mooncake_missing": "", "nofile": "1024 unlimited", "ib_dev": "yes"}
+    assert image_findings(ch) == []
+
+
+def test_the_supervisor_raises_the_open_files_limit_for_mooncake(tmp_path):
+    import resource
+    import sys
+
+    from atomdeck.core.launch.base import SUPERVISOR
+
+    out = tmp_path / "nofile"
+    code = f"import resource; open({str(out)!r}, 'w').write(str(resource.getrlimit(resource.RLIMIT_NOFILE)[0]))"
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    want = 65536 if hard == resource.RLIM_INFINITY or hard >= 65536 else hard  # up to the hard limit
+    p = subprocess.run(["sh", "-c", SUPERVISOR, "atomdeck:t:x", str(tmp_path / "exit"), sys.executable, "-c", code],
+                       preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (1024, hard)), timeout=30)
+    assert p.returncode == 0 and out.read_text() == str(want) != "1024"
