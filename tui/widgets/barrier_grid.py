@@ -10,14 +10,17 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from rich.style import Style
 from rich.text import Text
 from textual.widgets import DataTable
 
 from ...core.run.events import CellState, RunState
 from ..formatting import ago
-from ..palette import CELL_STYLE, var_color
 
 KIND_ORDER = {"http": 0, "handshake": 1, "router": 2}
+# A cell's glyph and its colour (a component class; "muted" is drawn dim).
+CELL_STYLE = {"open": ("●", "open"), "waiting": ("○", "muted"), "refused": ("○", "muted"),
+              "timeout": ("◐", "timeout"), "closed": ("×", "closed")}
 LEGEND = "● open  ○ not yet  ◐ timeout  × was open, now closed  ▌blocking"
 
 
@@ -54,6 +57,16 @@ def group_cells(cells: list[CellState]) -> tuple[list[tuple[str, str]], dict[tup
 
 
 class BarrierGrid(DataTable):
+    COMPONENT_CLASSES = {"barrier-grid--open", "barrier-grid--timeout", "barrier-grid--closed",
+                         "barrier-grid--mixed", "barrier-grid--blocking"}
+    DEFAULT_CSS = """
+    BarrierGrid > .barrier-grid--open { color: $text-success; }
+    BarrierGrid > .barrier-grid--timeout { color: $text-warning; }
+    BarrierGrid > .barrier-grid--closed { color: $text-error; }
+    BarrierGrid > .barrier-grid--mixed { color: $text-warning; }
+    BarrierGrid > .barrier-grid--blocking { color: $text-error; text-style: bold reverse; }
+    """
+
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id, cursor_type="row", zebra_stripes=False)
         self.nodes: list[str] = []
@@ -115,13 +128,13 @@ class BarrierGrid(DataTable):
             text = Text(f"{glyph} {word}{count} {since}")
         else:
             opened = sum(c.state == "open" for c in members)
-            var = "text-warning"
+            var = "mixed"
             text = Text(f"◐ {opened}/{len(members)} open {since}")
         if blocking:
-            text.stylize(f"bold reverse {var_color(self.app, 'text-error', 'red')}")
+            text.stylize(self.get_component_rich_style("barrier-grid--blocking", partial=True))
             text = Text("▌") + text
-        elif var == "text-muted" or self.quiet:
+        elif var == "muted" or self.quiet:
             text.stylize("dim")
         elif var:
-            text.stylize(var_color(self.app, var))
+            text.stylize(self.get_component_rich_style(f"barrier-grid--{var}", partial=True, default=Style()))
         return text

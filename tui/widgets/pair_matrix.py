@@ -3,14 +3,17 @@ the failing pairs listed under it (a 16P16D run has 256 pairs: a list would not 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
+from rich.style import Style
 from rich.text import Text
 
 from ...core.run.events import RunState
 from ..logtext import clean
-from ..palette import var_color
 
-GLYPH = {"waiting": ("○", "text-muted"), "both_registered": ("◔", "text-accent"),
-         "ports_reachable": ("◑", "text-accent"), "transferred": ("●", "text-success"), "failed": ("×", "text-error")}
+# A pair's glyph and its colour, by name (the panel's `color`: ok, error, info, muted).
+GLYPH = {"waiting": ("○", "muted"), "both_registered": ("◔", "info"),
+         "ports_reachable": ("◑", "info"), "transferred": ("●", "ok"), "failed": ("×", "error")}
 LEGEND = "○ waiting  ◔ registered  ◑ ports reachable  ● transferred  × failed"
 
 
@@ -20,7 +23,8 @@ def _short(name: str) -> str:
     return (role[:1].upper() + idx) if idx.isdigit() else name
 
 
-def pair_matrix(state: RunState, app, width: int = 56, max_failed: int = 8) -> Text:
+def pair_matrix(state: RunState, color: Callable[[str], Style], width: int = 56, max_failed: int = 8) -> Text:
+    """The matrix as Text; `color(name)` gives the colour of a severity (the panel's component classes)."""
     prefills = list(dict.fromkeys(pr.prefill for pr in state.pairs.values()))
     decodes = list(dict.fromkeys(pr.decode for pr in state.pairs.values()))
     label_w = max((len(_short(p)) for p in prefills), default=2) + 1
@@ -36,7 +40,7 @@ def pair_matrix(state: RunState, app, width: int = 56, max_failed: int = 8) -> T
             for i, d in enumerate(band):
                 pr = state.pairs.get(f"{p}>{d}")
                 glyph, var = GLYPH.get(pr.stage if pr else "waiting", ("?", ""))
-                out.append(glyph, style=var_color(app, var) if var else "")
+                out.append(glyph, style=color(var) if var else "")
                 if i < len(band) - 1:
                     out.append(" ")
             out.append("\n")
@@ -45,9 +49,9 @@ def pair_matrix(state: RunState, app, width: int = 56, max_failed: int = 8) -> T
         counts[pr.stage] = counts.get(pr.stage, 0) + 1
     out.append(" · ".join(f"{n} {st.replace('_', ' ')}" for st, n in sorted(counts.items())), style="dim")
     failed = [pr for pr in state.pairs.values() if pr.stage == "failed"]
-    err = var_color(app, "text-error", "red")
+    err = color("error")
     for pr in failed[:max_failed]:
-        out.append(f"\n× {pr.prefill} → {pr.decode}: ", style=f"bold {err}")
+        out.append(f"\n× {pr.prefill} → {pr.decode}: ", style=Style(bold=True) + err)
         why = clean(pr.failed, 10_000)
         out.append(why if len(why) <= 240 else why[:239] + "…", style=err)
     if len(failed) > max_failed:

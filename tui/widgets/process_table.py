@@ -6,18 +6,32 @@ changes under them). Enter on a row opens that process's log (the run screen han
 
 from __future__ import annotations
 
+from rich.style import Style
 from rich.text import Text
 from textual.widgets import DataTable
 
 from ...core.run.events import ROUTER_STAGES, TERMINAL, WORKER_STAGES, ProcState, RunState
 from ..formatting import ago, words
-from ..palette import role_color, var_color
 
+BOLD = Style(bold=True)
 COLUMNS = [("name", "PROCESS"), ("role", "ROLE"), ("node", "NODE"), ("stage", "STAGE"), ("bar", "PROGRESS"),
            ("since", "IN STAGE"), ("alive", "ALIVE / EXIT"), ("pid", "PID")]
 
 
 class ProcessTable(DataTable):
+    COMPONENT_CLASSES = {"process-table--ok", "process-table--warning", "process-table--error",
+                         "process-table--prefill", "process-table--decode", "process-table--worker",
+                         "process-table--router"}
+    DEFAULT_CSS = """
+    ProcessTable > .process-table--ok { color: $text-success; }
+    ProcessTable > .process-table--warning { color: $text-warning; }
+    ProcessTable > .process-table--error { color: $text-error; }
+    ProcessTable > .process-table--prefill { color: $text-accent; }
+    ProcessTable > .process-table--decode { color: $text-primary; }
+    ProcessTable > .process-table--worker { color: $text-primary; }
+    ProcessTable > .process-table--router { color: $text-success; }
+    """
+
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id, cursor_type="row", zebra_stripes=True)
         self.names: list[str] = []
@@ -62,19 +76,15 @@ class ProcessTable(DataTable):
                     self.update_cell(name, key, value, update_width=True)
 
     def _cells(self, p: ProcState, state: RunState, now: float, pid: int | None) -> list[Text]:
-        app = self.app
-        err = var_color(app, "text-error", "red")
-        ok = var_color(app, "text-success", "green")
-        color = role_color(app, p.role)
-        warn = var_color(app, "text-warning", "yellow")
-        stage_style = {"failed": f"bold {err}", "stopped": "dim", "serving": ok, "unresponsive": f"bold {err}",
-                       "stalled": f"bold {warn}"}.get(p.stage, "")
+        err, ok, warn, color = (self._color(name) for name in ("error", "ok", "warning", p.role))
+        stage_style = {"failed": BOLD + err, "stopped": "dim", "serving": ok, "unresponsive": BOLD + err,
+                       "stalled": BOLD + warn}.get(p.stage, "")
         since = ago(now - p.since) if p.since else ""
         if p.alive is False:
             code = p.exit_code
             end = f"exit {code}" if code is not None else (p.exit_detail or "gone")
             alive = Text(f"× {end}" if p.stage == "failed" else f"■ {end}",
-                         style=f"bold {err}" if p.stage == "failed" else "dim")
+                         style=BOLD + err if p.stage == "failed" else "dim")
         elif p.alive:
             alive = Text("● alive", style=ok)
         else:
@@ -83,10 +93,14 @@ class ProcessTable(DataTable):
         if down:
             word = down.split(":", 1)[0]
             alive = Text({"stopping": "… stopping", "gone": "■ gone", "left": "× STILL RUNNING"}.get(word, word),
-                         style={"gone": "dim", "left": f"bold {err}"}.get(word, var_color(app, "text-warning")))
-        return [Text(p.name, style=f"bold {color}"), Text(p.role, style=color), Text(p.node), Text(words(p.stage),
+                         style={"gone": "dim", "left": BOLD + err}.get(word, warn))
+        return [Text(p.name, style=BOLD + color), Text(p.role, style=color), Text(p.node), Text(words(p.stage),
                 style=stage_style), _bar(p), Text(since, justify="right"), alive,
                 Text(str(pid) if pid else "", style="dim", justify="right")]
+
+    def _color(self, name: str) -> Style:
+        """A severity's or a role's colour (an empty style for none)."""
+        return self.get_component_rich_style(f"process-table--{name}", partial=True, default=Style())
 
 
 def _bar(p: ProcState) -> Text:

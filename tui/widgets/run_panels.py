@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from rich.console import Group
+from rich.style import Style
 from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
@@ -15,7 +16,6 @@ from ...core.run.diagnose import Diagnosis
 from ...core.run.events import PAIR_STAGES, ROUTER_STAGES, CheckState, RunState
 from ..formatting import ago, words
 from ..logtext import HIGHLIGHT, clean
-from ..palette import STATUS_BG, role_color, var_color
 from .pair_matrix import pair_matrix
 
 MATRIX_FROM = 5  # pairs: from this many on, the handshake panel is a prefill x decode matrix
@@ -25,21 +25,61 @@ PAIR_WORDS = {"both_registered": "both registered", "ports_reachable": "ports re
               "transferred": "first transfer"}
 
 
-class RunHeader(Static):
+BOLD = Style(bold=True)
+DIM = Style(dim=True)
+class RunPanel(Static):
+    """A run view panel: `color(name)` is a severity's or a role's colour, from the theme's variables
+    (an empty style for none, e.g. an unknown role)."""
+
+    COMPONENT_CLASSES = {"run-panel--ok", "run-panel--warning", "run-panel--error", "run-panel--info",
+                         "run-panel--prefill", "run-panel--decode", "run-panel--worker", "run-panel--router"}
+    DEFAULT_CSS = """
+    RunPanel > .run-panel--ok { color: $text-success; }
+    RunPanel > .run-panel--warning { color: $text-warning; }
+    RunPanel > .run-panel--error { color: $text-error; }
+    RunPanel > .run-panel--info { color: $text-accent; }
+    RunPanel > .run-panel--prefill { color: $text-accent; }
+    RunPanel > .run-panel--decode { color: $text-primary; }
+    RunPanel > .run-panel--worker { color: $text-primary; }
+    RunPanel > .run-panel--router { color: $text-success; }
+    """
+
+    def color(self, name: str) -> Style:
+        return self.get_component_rich_style(f"run-panel--{name}", partial=True, default=Style())
+
+
+# The status badge: white on the status's theme colour; stopped in reverse.
+STATUSES = ("launching", "starting", "serving", "degraded", "failed", "stopping", "dirty")
+
+
+class RunHeader(RunPanel):
     """Status, readiness and the diagnosis headline: always on screen."""
 
+    COMPONENT_CLASSES = {f"run-header--{s}" for s in STATUSES} | {"run-header--other"}
+    DEFAULT_CSS = """
+    RunHeader > .run-header--launching { color: #ffffff; background: $accent; }
+    RunHeader > .run-header--starting { color: #ffffff; background: $accent; }
+    RunHeader > .run-header--serving { color: #ffffff; background: $success; }
+    RunHeader > .run-header--degraded { color: #ffffff; background: $warning; }
+    RunHeader > .run-header--failed { color: #ffffff; background: $error; }
+    RunHeader > .run-header--stopping { color: #ffffff; background: $warning; }
+    RunHeader > .run-header--dirty { color: #ffffff; background: $error; }
+    RunHeader > .run-header--other { color: #ffffff; background: $panel; }
+    """
+
     def show(self, state: RunState, d: Diagnosis, now: float, *, watching: bool, note: str = "") -> None:
-        app = self.app
         status = state.status
-        bg = var_color(app, STATUS_BG.get(status, "panel"), "blue")
         out = Text()
-        out.append(f" {status.upper()} ", style=f"bold #ffffff on {bg}" if status != "stopped" else "bold reverse")
+        badge = (Style(bold=True, reverse=True) if status == "stopped" else
+                 BOLD + self.get_component_rich_style(f"run-header--{status if status in STATUSES else 'other'}",
+                                                      partial=True))
+        out.append(f" {status.upper()} ", style=badge)
         out.append("  ")
         out.append(state.readiness() or "no processes", style="bold")
         if state.started and status not in ("stopped", "dirty"):
             out.append(f" · up {ago(now - state.started)}")
         if note:
-            out.append(f" · {note}", style=f"bold {var_color(app, 'text-warning')}")
+            out.append(f" · {note}", style=BOLD + self.color("warning"))
         elif watching:
             out.append(" · watching", style="dim")
         elif status not in ("stopped",):
@@ -47,8 +87,7 @@ class RunHeader(Static):
         out.append("\n")
         sev = _severity(status)
         icon = {"ok": "✓", "warning": "▲", "error": "×", "info": "…"}[sev]
-        color = {"ok": "text-success", "warning": "text-warning", "error": "text-error", "info": "text-accent"}[sev]
-        out.append(f"{icon} {d.headline}", style=f"bold {var_color(app, color)}")
+        out.append(f"{icon} {d.headline}", style=BOLD + self.color(sev))
         self.update(out)
 
 
@@ -57,23 +96,22 @@ def _severity(status: str) -> str:
             "stopped": "ok"}.get(status, "info")
 
 
-def _mark(ok: bool | None, app, waiting_word: str = "waiting") -> Text:
+def _mark(ok: bool | None, panel: RunPanel, waiting_word: str = "waiting") -> Text:
     if ok:
-        return Text("✓", style=f"bold {var_color(app, 'text-success')}")
+        return Text("✓", style=BOLD + panel.color("ok"))
     if ok is False:
-        return Text("×", style=f"bold {var_color(app, 'text-error')}")
+        return Text("×", style=BOLD + panel.color("error"))
     return Text("…", style="dim")
 
 
-class RouterPanel(Static):
+class RouterPanel(RunPanel):
     """AToMesh: its stages from its log, then the checks core runs through it."""
 
     def show(self, state: RunState, now: float, *, node: str, url: str, model: str) -> None:
-        app = self.app
-        ok_color, err = var_color(app, "text-success"), var_color(app, "text-error")
+        ok_color, err = self.color("ok"), self.color("error")
         head = Text()
         r = state.procs.get("router")
-        head.append("router", style=f"bold {role_color(app, 'router')}")
+        head.append("router", style=BOLD + self.color("router"))
         head.append(f" on {node} · {url}\nmodel ")
         head.append(model, style="bold")
         if r is None:
@@ -98,7 +136,7 @@ class RouterPanel(Static):
             stages.add_row(*cells[i:i + 2])
         parts: list = [head, stages]
         if r.stage == "failed":
-            parts.append(Text(f"× router failed: {r.exit_detail or 'exited'}", style=f"bold {err}"))
+            parts.append(Text(f"× router failed: {r.exit_detail or 'exited'}", style=BOLD + err))
         checks = Table.grid(padding=(0, 1))
         checks.add_column(no_wrap=True)
         checks.add_column(no_wrap=True)
@@ -113,36 +151,35 @@ class RouterPanel(Static):
                 detail = Text("waiting for the router's port" if name == "readiness" else "not yet", style="dim")
             else:
                 text = f"serves '{model}', the name clients ask for" if name == "models" and c.ok else c.detail
-                detail = Text(clean(text, 200), style="" if c.ok else err if ok is False else "dim")
-            checks.add_row(_mark(ok, app), Text(label, style="bold"), detail)
+                detail = Text(clean(text, 200), style="" if c.ok else err if ok is False else DIM)
+            checks.add_row(_mark(ok, self), Text(label, style="bold"), detail)
         parts.append(checks)
         self.update(Group(*parts))
 
 
-class HandshakePanel(Static):
+class HandshakePanel(RunPanel):
     """The Mooncake KV handshake per prefill->decode pair, and each worker's kv_role."""
 
     def show(self, state: RunState, now: float) -> None:
-        app = self.app
         out = Text()
         if not state.pairs:
             out.append("aggregate workers: no KV transfer between workers", style="dim")
             self.update(out)
             return
-        ok_style = var_color(app, "text-success")
+        ok_style = self.color("ok")
         if len(state.pairs) >= MATRIX_FROM:
-            out.append_text(pair_matrix(state, app, max(20, self.size.width or 56)))
+            out.append_text(pair_matrix(state, self.color, max(20, self.size.width or 56)))
             self.update(out)
             return
         for i, pr in enumerate(state.pairs.values()):
             if i:
                 out.append("\n")
-            out.append(pr.prefill, style=f"bold {role_color(app, 'prefill')}")
+            out.append(pr.prefill, style=BOLD + self.color("prefill"))
             out.append(" → ")
-            out.append(pr.decode, style=f"bold {role_color(app, 'decode')}")
+            out.append(pr.decode, style=BOLD + self.color("decode"))
             out.append(f"  {ago(now - pr.since) if pr.since else ''}\n", style="dim")
             if pr.stage == "failed":
-                out.append(f"  × failed: {clean(pr.failed, 240)}", style=f"bold {var_color(app, 'text-error')}")
+                out.append(f"  × failed: {clean(pr.failed, 240)}", style=BOLD + self.color("error"))
                 continue
             reached = PAIR_STAGES.index(pr.stage) if pr.stage in PAIR_STAGES else 0
             out.append("  ")
@@ -155,20 +192,19 @@ class HandshakePanel(Static):
         if roles:
             out.append("\nkv_role ", style="bold")
             for name, c in sorted(roles):
-                out.append_text(_mark(c.ok, app))
+                out.append_text(_mark(c.ok, self))
                 out.append(f" {name} ")
                 out.append(c.detail.replace("kv_role=", "") if c.ok else clean(c.detail, 160),
-                           style="dim" if c.ok else var_color(app, "text-error"))
+                           style=DIM if c.ok else self.color("error"))
                 out.append("  ")
         out.rstrip()
         self.update(out)
 
 
-class NodesPanel(Static):
+class NodesPanel(RunPanel):
     """Each node of the run: the connection or Slurm health core reports, and what runs there."""
 
     def show(self, state: RunState, nodes: Iterable[str], now: float, launcher: str) -> None:
-        app = self.app
         out = Text()
         by_node: dict[str, list[str]] = {}
         for p in state.procs.values():
@@ -185,21 +221,20 @@ class NodesPanel(Static):
                 st, detail, since = conn
                 good = st == "ok"
                 out.append(f"{'●' if good else '×'} {st}",
-                           style=var_color(app, "text-success" if good else "text-error"))
+                           style=self.color("ok" if good else "error"))
                 if detail:
-                    out.append(f" {clean(detail, 80)}", style="" if good else var_color(app, "text-error"))
+                    out.append(f" {clean(detail, 80)}", style="" if good else self.color("error"))
                 if since and not good:
                     out.append(f" {ago(now - since)}", style="dim")
             out.append(f"  {', '.join(by_node.get(node, []))}", style="dim")
         self.update(out)
 
 
-class WhyPanel(Static):
+class WhyPanel(RunPanel):
     """The diagnosis in detail (core's Diagnosis.details): each missing port's owner, alive or not,
     its stage and last line; sick nodes."""
 
     def show(self, state: RunState, d: Diagnosis) -> None:
-        app = self.app
         out = Text()
         details = d.details or ([d.headline] if state.status not in ("serving", "stopped") else [])
         recovered = [f"{p.name}: recovered, {p.recovered}" for p in state.procs.values() if p.recovered]
@@ -210,17 +245,15 @@ class WhyPanel(Static):
             if i:
                 out.append("\n")
             out.append("• ", style="dim")
-            out.append(clean(line, 400), style=var_color(app, "text-error") if state.status in ("failed", "dirty")
-                       else "")
+            out.append(clean(line, 400), style=self.color("error") if state.status in ("failed", "dirty") else "")
         self.update(out)
 
 
-class TailPanel(Static):
+class TailPanel(RunPanel):
     """The last lines of one process (errors highlighted)."""
 
     def show(self, lines: list[str], empty: str = "(no output yet)") -> None:
-        app = self.app
-        err = var_color(app, "text-error", "red")
+        err = self.color("error")
         out = Text(no_wrap=True, overflow="ellipsis")
         if not lines:
             out.append(empty, style="dim")

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from collections import deque
 
+from rich.style import Style
 from rich.text import Text
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Sparkline, Static
 
 from ...core.run.events import HEALTH_STAGES, RunState
-from ..palette import var_color
 
 HISTORY = 40  # points per sparkline (a scrape every 2 s: the last 80 s)
 
@@ -45,7 +45,9 @@ def row_words(role: str, m: dict) -> str:
 
 
 class ServingPanel(Vertical):
+    COMPONENT_CLASSES = {"serving-panel--error"}
     DEFAULT_CSS = """
+    ServingPanel > .serving-panel--error { color: $text-error; }
     ServingPanel { height: auto; }
     ServingPanel > Horizontal { height: 1; }
     ServingPanel .sv-name { width: 11; }
@@ -74,7 +76,6 @@ class ServingPanel(Vertical):
         self.cells = {}
 
     def show(self, state: RunState) -> None:
-        app = self.app
         order = [n for n in state.procs if n in state.metrics]
         for name in order:
             m = state.metrics[name]
@@ -88,13 +89,13 @@ class ServingPanel(Vertical):
             self.cells[name] = cells
             self.mount(Horizontal(*cells, id=f"sv-row-{name}"), before=self.query_one("#sv-errors"))
             self.rows.append(name)
-        err = var_color(app, "text-error", "red")
+        err = self.get_component_rich_style("serving-panel--error", partial=True)
         for name in self.rows:
             p = state.procs[name]
             m = state.metrics.get(name, {})
             label, spark, val = self.cells[name]
             sick = p.stage in HEALTH_STAGES
-            label.update(Text(name, style=f"bold {err}" if sick else "bold"))
+            label.update(Text(name, style=Style(bold=True) + err if sick else "bold"))
             core_hist = (m.get("history") or {}).get(rate_key(p.role, m)[0])
             spark.data = list(core_hist) if core_hist else list(self.history.get(name, [0.0]))
             value, unit = rate_of(name, p.role, m)
