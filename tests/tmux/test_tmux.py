@@ -97,7 +97,9 @@ def test_launch_watch_teardown_in_a_real_terminal(tmux):
     tmux.keys("y")
     shown = tmux.wait_for("SERVING")
     assert "1/1P 1/1D router serving" in shown
-    assert "Barrier" in shown and "Router" in shown and "KV handshake" in shown
+    # the whole frame, once the "Launched" toast (top right) no longer covers the Router panel's title
+    shown = tmux.wait_for("Router · AToMesh")
+    assert "Barrier" in shown and "Router" in shown and "KV handshake" in shown, shown
     (run,) = [Run.open(m["id"]) for m in Run.list()]
     assert sorted(alive(run)) == ["decode-0", "prefill-0", "router"]
     tmux.keys("D")
@@ -109,6 +111,7 @@ def test_launch_watch_teardown_in_a_real_terminal(tmux):
     assert gone(run) == []
     tmux.keys("Escape")
     tmux.wait_for("STOPPED")
+    tmux.wait_for("Panels")  # the run view's own footer: the teardown dialog is closed (it owns its keys)
     tmux.keys("q")
     t0 = time.monotonic()
     while not tmux.exited() and time.monotonic() - t0 < 10:
