@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
+from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
@@ -28,11 +29,13 @@ from ...core.measure.workload import Workload, parse_concurrencies
 from .. import bindings
 from ..widgets.context_bar import ContextBar
 from ..widgets.pareto import Curve, ParetoChart, chart_svg, curve_of
+from ..widgets.serving_panel import rate_of, row_words
 from .run import run_context
 
 if TYPE_CHECKING:
     from ...core.measure.stats import RequestRecord
     from ...core.measure.sweep import Progress, StepResult
+    from ...core.run.events import RunState
     from ..app import ConsoleApp
 
 FIELDS = [("isl", "ISL"), ("osl", "OSL"), ("concurrency", "Concurrency"), ("num_prompts", "Prompts/step"),
@@ -49,6 +52,23 @@ def step_cells(r: dict) -> tuple:
             f"{r['median_tpot_ms']:.2f}", f"{r['median_itl_ms']:.2f}", f"{r['median_e2el_ms']:.1f}")
 
 
+def server_text(state: RunState) -> Text:
+    """One line per scraped endpoint: its rate and what runs there (empty when nothing is scraped)."""
+    out = Text()
+    for name, m in state.metrics.items():
+        proc = state.procs.get(name)
+        if proc is None:
+            continue
+        value, unit = rate_of(name, proc.role, m)
+        words = f"{value:.2f} {unit}" if unit == "req/s" else f"{value:,.0f} {unit}"
+        if out:
+            out.append("\n")
+        out.append("server ", style="dim")
+        out.append(f"{name} ", style="bold")
+        out.append(f"{words} · {row_words(proc.role, m)}")
+    return out
+
+
 class BenchScreen(Screen):
     VIEW = "bench"
     BINDINGS = bindings.BENCH
@@ -57,6 +77,7 @@ class BenchScreen(Screen):
     def __init__(self) -> None:
         super().__init__()
         self.shown_run: str | None = None
+        self.server_drawn: tuple = ()
         self.workload: Workload | None = None
         self.running = False
         self.counts: dict[int, tuple[int, int, int]] = {}  # step -> (done, failed, total)
@@ -86,6 +107,8 @@ class BenchScreen(Screen):
                 with Vertical(id="bench-table-box", classes="run-box") as box:
                     box.border_title = "Results per step"
                     yield DataTable(id="bench-table", cursor_type="row", zebra_stripes=True)
+                    # what the servers themselves say meanwhile (the run view's Serving panel, in words)
+                    yield Static("", id="bench-server")
         with Vertical(id="bench-chart-box", classes="run-box") as box:
             box.border_title = "Pareto · output tok/s per GPU vs tok/s per user"
             yield ParetoChart(id="bench-chart")
@@ -239,6 +262,7 @@ class BenchScreen(Screen):
         self._tick()
 
     def _tick(self) -> None:
+        self._draw_server()
         key = (self.running, tuple(sorted(self.counts.items())), len(self.results), len(self.reports))
         if key == self.drawn or not self.is_mounted:
             return
@@ -254,6 +278,20 @@ class BenchScreen(Screen):
             for r in self.results:
                 table.add_row(*step_cells(r), key=str(r["max_concurrency"]))
         self._draw_chart()
+
+    def _draw_server(self) -> None:
+        """The servers' own live rates beside the client's figures: each endpoint's scraped metrics
+        (ATOM's /metrics, AToMesh's mesh_*), as the watcher reports them; nothing when nobody scrapes."""
+        live = self.console.live
+        metrics = live.state.metrics if live is not None else {}
+        key = tuple((n, m.get("t", 0)) for n, m in metrics.items())
+        if key == self.server_drawn or not self.is_mounted:
+            return
+        self.server_drawn = key
+        text = server_text(live.state) if live is not None else Text()
+        box = self.query_one("#bench-server", Static)
+        box.display = bool(text)
+        box.update(text)
 
     def redraw(self) -> None:
         if not self.is_mounted:
