@@ -14,6 +14,8 @@ import os
 import signal
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 from atomdeck.core.remote.probes import http_post
 from atomdeck.core.run.run import Run
@@ -62,11 +64,12 @@ def test_status_does_one_live_pass_and_never_says_serving_for_a_frozen_endpoint(
         return run
 
     run = asyncio.run(go())
-    # wait (by condition) until the decode froze: its /health no longer answers
-    for _ in range(100):
-        r = asyncio.run(_health(run))
-        if not r:
-            break
+    # wait (by condition) until the decode froze: its python is in state T (a single failed /health
+    # right after serving is not proof: one was seen failing for a moment before the freeze)
+    deadline = time.monotonic() + 30
+    while _proc_state(run, "decode-0") != "T":
+        assert time.monotonic() < deadline, "the decode never froze"
+        time.sleep(0.1)
     st = subprocess.run([sys.executable, "-m", "atomdeck.core.cli.main", "status", run.id, "--json"],
                         capture_output=True, text=True, timeout=60)
     data = json.loads(st.stdout)
@@ -75,6 +78,23 @@ def test_status_does_one_live_pass_and_never_says_serving_for_a_frozen_endpoint(
     assert "T (stopped)" in data["processes"]["decode-0"]["health_detail"]
     assert "metrics" in data and "prefill-0" in data["metrics"]  # the prefill still answers /metrics
     assert data["metrics"]["prefill-0"]["source"] == "atom"
+
+
+def _proc_state(run: Run, name: str) -> str:
+    """The /proc state letter of the process's python (in the process group its supervisor leads)."""
+    leader = run.handles[name].pid
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            fields = Path(f"/proc/{d}/stat").read_text().rsplit(")", 1)[1].split()
+            argv = Path(f"/proc/{d}/cmdline").read_bytes().split(b"\0")
+            # the python itself, not the supervisor shell whose script names the same command
+            if int(fields[2]) == leader and b"python" in argv[0] and b"atom.entrypoints.openai_server" in argv:
+                return fields[0]
+        except (OSError, ValueError, IndexError):
+            continue
+    return ""
 
 
 async def _health(run: Run) -> bool:
