@@ -36,6 +36,8 @@ async def serving(recipe: str) -> Run:
         ws.recipe = set_field(ws.recipe, path.replace("__", "."), value)
     run = await Run.launch(ws, ws.assess())
     state = await run.watch(until=lambda s: s.status in ("serving", "failed"), timeout=60)
+    if state.status != "serving":  # nothing of a failed start may outlive the test
+        await run.teardown(grace=2)
     assert state.status == "serving", state.diagnosis
     return run
 
