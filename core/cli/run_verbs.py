@@ -7,6 +7,8 @@ import asyncio
 import json
 import sys
 import time
+from collections.abc import Coroutine
+from typing import Any
 
 from ..run.diagnose import diagnose
 from ..run.events import LIVE, Event, RunState, jsonable
@@ -175,17 +177,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
               f"(Ctrl-C to stop)", flush=True)
     run.listeners.append(show)
 
-    async def go() -> None:
-        try:
-            await run.watch(until=lambda s: s.status in ("stopped", "dirty"))
-        finally:
-            await run.close()
-
-    try:
-        asyncio.run(go())
-    except KeyboardInterrupt:
-        return 0
-    return 0
+    return _until_ctrl_c(run, run.watch(until=lambda s: s.status in ("stopped", "dirty")))
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -221,21 +213,14 @@ def cmd_logs(args: argparse.Namespace) -> int:
             print(f"{name}| {line}" if prefix else line, flush=True)
 
     async def go() -> None:
-        try:
-            if args.follow:
-                await asyncio.gather(*(follow(n) for n in names))
-            else:
-                for n in names:
-                    for line in await run.log_lines(n, args.lines):
-                        print(f"{n}| {line}" if prefix else line)
-        finally:
-            await run.close()
+        if args.follow:
+            await asyncio.gather(*(follow(n) for n in names))
+        else:
+            for n in names:
+                for line in await run.log_lines(n, args.lines):
+                    print(f"{n}| {line}" if prefix else line)
 
-    try:
-        asyncio.run(go())
-    except KeyboardInterrupt:
-        return 0
-    return 0
+    return _until_ctrl_c(run, go())
 
 
 def _logs_json(run: Run, names: list[str], args: argparse.Namespace) -> int:
@@ -256,20 +241,13 @@ def _logs_json(run: Run, names: list[str], args: argparse.Namespace) -> int:
                 emit(name, offset, text)
 
     async def go() -> None:
-        try:
-            if args.follow:
-                await asyncio.gather(*(one(n) for n in names))
-            else:
-                for n in names:
-                    await one(n)
-        finally:
-            await run.close()
+        if args.follow:
+            await asyncio.gather(*(one(n) for n in names))
+        else:
+            for n in names:
+                await one(n)
 
-    try:
-        asyncio.run(go())
-    except KeyboardInterrupt:
-        return 0
-    return 0
+    return _until_ctrl_c(run, go())
 
 
 def cmd_down(args: argparse.Namespace) -> int:
@@ -323,3 +301,20 @@ def runs_text(runs: list[dict]) -> int:
 
 
 __all__ = ["RunDir", "cmd_down", "cmd_logs", "cmd_runs", "cmd_status", "cmd_up", "cmd_watch"]
+
+
+def _until_ctrl_c(run: Run, work: Coroutine[Any, Any, Any]) -> int:
+    """Run a following verb's work, closing the run's connections however it ends; Ctrl-C is the
+    normal way to stop following, so it exits 0."""
+
+    async def go() -> None:
+        try:
+            await work
+        finally:
+            await run.close()
+
+    try:
+        asyncio.run(go())
+    except KeyboardInterrupt:
+        pass
+    return 0
