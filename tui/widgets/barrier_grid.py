@@ -12,6 +12,7 @@ from collections import defaultdict
 
 from rich.style import Style
 from rich.text import Text
+from textual.binding import Binding
 from textual.widgets import DataTable
 
 from ...core.run.events import CellState, RunState
@@ -59,6 +60,9 @@ def group_cells(cells: list[CellState]) -> tuple[list[tuple[str, str]], dict[tup
 
 
 class BarrierGrid(DataTable):
+    # Home/End go to the first/last row (DataTable's own scroll sideways): 129 processes or 128 nodes
+    BINDINGS = [Binding("home", "scroll_top", "First row", show=False),
+                Binding("end", "scroll_bottom", "Last row", show=False)]
     COMPONENT_CLASSES = {"barrier-grid--open", "barrier-grid--timeout", "barrier-grid--closed",
                          "barrier-grid--mixed", "barrier-grid--blocking"}
     DEFAULT_CSS = """
