@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 from common import pct, save
-from console import ATOMDECK, Term, _console_pid, _cpu_s, _down_all, _rss_mb, _send, _state_env, _watcher_pid
+from console import ATOMDECK, Term, _console_pid, _cpu_s, _rss_mb, _send, _state_env, _watcher_pid
 
 GOALS = {"key_p95_s": 0.05, "rss_mb": 300, "console_cpu_pct": 10}
 TITLE = re.compile(r"Last lines \S (\S+) on ")
@@ -56,6 +56,21 @@ router:
   args: {{disable-health-check: true, disable-circuit-breaker: true}}
 health: {{worker_timeout_s: 600, router_timeout_s: 300, smoke_timeout_s: 60}}
 """
+
+
+def down_runs(env: dict[str, str]) -> None:
+    """`atomdeck down` every run in this benchmark's state directory (a no-op for one torn down already).
+    Not console.py's _down_all, which also SIGKILLs any process group still carrying a recorded PID:
+    with pid_max 32768 and hundreds of processes started, that PID may be someone else's by then."""
+    import subprocess
+
+    runs = Path(env["XDG_STATE_HOME"]) / "atomdeck" / "runs"
+    for rd in sorted(runs.glob("*")) if runs.is_dir() else []:
+        r = subprocess.run([str(ATOMDECK), "down", rd.name], capture_output=True, text=True, timeout=300,
+                           env={**os.environ, **env})
+        if r.returncode != 0:
+            print(f"bench: atomdeck down {rd.name} exited {r.returncode}: {(r.stdout + r.stderr)[-500:]}",
+                  file=sys.stderr)
 
 
 def _tree_rss_mb(pid: int) -> float:
@@ -125,7 +140,7 @@ def _summary(lat: list[float], missed: int) -> dict:
             "max_s": round(max(lat), 4), "all_ms": sorted(round(x * 1000) for x in lat)}
 
 
-def scale(n: int = 128, speed: str = "20", serving_presses: int = 40, idle_s: float = 20.0, gap: float = 0.25) -> dict:
+def scale(n: int = 128, speed: str = "20", serving_presses: int = 30, idle_s: float = 20.0, gap: float = 0.25) -> dict:
     from atomdeck.core.run.run import Run
 
     with tempfile.TemporaryDirectory() as d:
@@ -142,8 +157,10 @@ def scale(n: int = 128, speed: str = "20", serving_presses: int = 40, idle_s: fl
             term.start(f"{ATOMDECK} tui --cluster {tmp / 'scale.yaml'} --recipe {tmp / 'scale-recipe.yaml'}")
             term.wait_for("1 Nodes", timeout=30)
             term.wait_for("s000", timeout=30)
-            term.keys("3", "L")
-            term.wait_for("Launch", timeout=20)
+            term.keys("3")
+            term.wait_for(f"{n + 1} processes on {n} nodes", timeout=60)  # the preview is drawn
+            term.keys("L")
+            term.wait_for("Launch this deployment?", timeout=30)
             console = _console_pid(term.pane_pid())
             term.attach_control()
             t_launch = time.monotonic()
@@ -176,6 +193,7 @@ def scale(n: int = 128, speed: str = "20", serving_presses: int = 40, idle_s: fl
                 raise RuntimeError(f"not serving after 600 s:\n{term.screen()}")
             out["launch_to_serving_s"] = round(t_serving - t_launch, 2)
             out["key_coming_up"] = _summary(up, missed_up)
+            print(json.dumps(out), file=sys.stderr, flush=True)
             watcher = watcher or _watcher_pid(console)
             run = Run.open(run_id)
             out["sim_rss_mb"] = round(sum(_tree_rss_mb(h.pid) for h in run.handles.values() if h.pid), 0)
@@ -206,6 +224,7 @@ def scale(n: int = 128, speed: str = "20", serving_presses: int = 40, idle_s: fl
                 rss.append((_rss_mb(console), _rss_mb(watcher) if watcher else 0.0))
                 time.sleep(gap)
             out["key_serving"] = _summary(serving, missed)
+            print(json.dumps(out), file=sys.stderr, flush=True)
             out["console_rss_max_mb"] = round(max(r[0] for r in rss), 1)
             out["watcher_rss_max_mb"] = round(max(r[1] for r in rss), 1)
             out["rss_max_mb"] = round(max(a + b for a, b in rss), 1)
@@ -218,16 +237,22 @@ def scale(n: int = 128, speed: str = "20", serving_presses: int = 40, idle_s: fl
             time.sleep(1.0)
             t_down = time.monotonic()
             term.keys("D")
-            term.wait_for("Tear down run", timeout=20)
+            term.wait_for("Tear down run", timeout=120)
+            out["teardown_dialog_s"] = round(time.monotonic() - t_down, 2)  # D to the dialog on screen
             t_down = time.monotonic()
             term("send-keys", "-t", "s", "y")
-            term.wait_for("verified clean", timeout=180, every=0.05)
+            term.wait_for("verified clean", timeout=300, every=0.05)
             out["teardown_s"] = round(time.monotonic() - t_down, 2)
             term.keys("Escape", "q")
             return out
+        except Exception as e:  # what was measured before it went wrong is kept, with the error
+            if "key_coming_up" not in out:
+                raise
+            out["error"] = f"{type(e).__name__}: {str(e).splitlines()[0]}"
+            return out
         finally:
             term.kill()
-            _down_all(env)
+            down_runs(env)
             if old_state is None:
                 os.environ.pop("XDG_STATE_HOME", None)
             else:
@@ -243,7 +268,7 @@ def _yes(ok: bool) -> str:
 
 
 def rows(r: dict) -> list[str]:
-    if "key_serving" not in r:
+    if "key_serving" not in r or "rss_max_mb" not in r:
         return []
     shape = f"{r['nodes'] // 2}P{r['nodes'] // 2}D TP8 on {r['nodes']} simulated nodes ({r['processes']} processes)"
     out = []
@@ -259,8 +284,10 @@ def rows(r: dict) -> list[str]:
     out.append(f"| console at that scale: CPU while serving, nobody typing ({r['idle_serving_s']:.0f} s) | console "
                f"{r['console_cpu_pct']}%, watcher {r['watcher_cpu_pct']}% of a core | console <= 10 % | "
                f"{_yes(r['console_cpu_pct'] <= GOALS['console_cpu_pct'])} |")
+    down = (f"{r['teardown_s']:.1f} s (D to its dialog {r['teardown_dialog_s']:.1f} s)" if "teardown_s" in r
+            else f"not measured: {r.get('error', '?')}")
     out.append(f"| console at that scale: launch -> SERVING on screen; teardown -> verified clean | "
-               f"{r['launch_to_serving_s']:.1f} s; {r['teardown_s']:.1f} s | | |")
+               f"{r['launch_to_serving_s']:.1f} s; {down} | | |")
     out.append(f"| the simulator at that scale (ATOMDECK_SIM_SPEED={r['sim_speed']}) | {r['sim_rss_mb']:,.0f} MB RSS in "
                f"all ({r['sim_rss_per_worker_mb']:.0f} MB per worker) | | |")
     return out

@@ -26,7 +26,8 @@ import time
 from pathlib import Path
 
 from common import save
-from console import ATOMDECK, Term, _console_pid, _cpu_s, _down_all, _rss_mb, _state_env, _watcher_pid
+from console import ATOMDECK, Term, _console_pid, _cpu_s, _rss_mb, _state_env, _watcher_pid
+from scale_console import down_runs
 
 GOAL_MB_PER_H = 5.0
 
@@ -176,7 +177,7 @@ def soak(minutes: float = 30.0, every: float = 60.0, concurrency: int = 2, speed
                     **summarize(samples, warmup), "samples": samples}
         finally:
             term.kill()
-            _down_all(env)
+            down_runs(env)
             if old_state is None:
                 os.environ.pop("XDG_STATE_HOME", None)
             else:
