@@ -196,7 +196,7 @@ def rows(r: dict) -> list[str]:
     return [
         f"| soak: 2P1D serving {r['minutes']:g} min under load ({r['requests_ok']:,} requests, "
         f"{r['requests_failed']} failed), console on the run view: RSS growth after the first "
-        f"{r['warmup_s'] / 60:g} min (second half) | console {g(r['console_rss_growth_mb_per_h'])} "
+        f"{r['warmup_s'] / 60:.3g} min (second half) | console {g(r['console_rss_growth_mb_per_h'])} "
         f"({g(r['console_rss_growth_2nd_half_mb_per_h'])}; {r['console_rss_first_mb']:.0f} -> "
         f"{r['console_rss_last_mb']:.0f} MB), watcher {g(r['watcher_rss_growth_mb_per_h'])} "
         f"({g(r['watcher_rss_growth_2nd_half_mb_per_h'])}; {r['watcher_rss_first_mb']:.0f} -> "
