@@ -2,6 +2,10 @@
 
     .venv/bin/python bench/run_all.py            # everything (the lab parts need root and the lab up)
     .venv/bin/python bench/run_all.py detect     # one section
+    .venv/bin/python bench/run_all.py soak --minutes 5   # the soak, shorter than its 30 minutes
+
+console-scale (128 simulated nodes, ~8 GB of RAM) and soak (30 minutes) are not in the default list:
+name them.
 
 Machines here are shared and noisy: compare ratios measured in the same run, not absolute numbers
 from different days.
@@ -18,13 +22,14 @@ import tempfile
 from common import BENCH, load, save
 
 SECTIONS = ["detect", "sim", "scale", "teardown", "fanout", "console"]
+EXTRA = ["console-scale", "soak"]  # long or heavy: run when named
 
 
 def lab_up() -> bool:
     return subprocess.run(["sinfo", "-h"], capture_output=True).returncode == 0
 
 
-def run(section: str) -> None:
+def run(section: str, minutes: float = 30.0) -> None:
     if section == "detect":
         import detect
 
@@ -53,6 +58,14 @@ def run(section: str) -> None:
         import console
 
         save("console", console.main())
+    elif section == "console-scale":
+        import scale_console
+
+        save("console-scale", scale_console.main())
+    elif section == "soak":
+        import soak
+
+        save("soak", soak.main(minutes))
 
 
 def fmt(v, unit: str = "s") -> str:
@@ -117,9 +130,8 @@ def table(r: dict) -> str:
                    f"(64 -> 256: x{s['growth_64_to_256']}) | <= 100 ms at 256, ~linear | {fmt(s['goal_256_le_100ms'])} |")
         out.append(f"| `atomdeck --help` | {fmt(s['help_s'])} | | |")
         out.append(f"| `atomdeck plan demo-2p1d --json` | {fmt(s['plan_json_s'])} | | |")
-    c = r.get("console")
-    if c:
-        for line in c.get("table", []):
+    for name in ("console", "console-scale", "soak"):
+        for line in (r.get(name) or {}).get("table", []):
             out.append(line)
     return "\n".join(out)
 
@@ -139,9 +151,17 @@ def write_readme(r: dict) -> None:
 if __name__ == "__main__":
     os.environ.setdefault("XDG_STATE_HOME", tempfile.mkdtemp(prefix="atomdeck-bench-state-"))
     sys.path.insert(0, str(BENCH))
-    wanted = sys.argv[1:] or SECTIONS
-    for section in wanted:
+    args = sys.argv[1:]
+    minutes = 30.0
+    if "--minutes" in args:
+        i = args.index("--minutes")
+        minutes = float(args[i + 1])
+        del args[i:i + 2]
+    unknown = [a for a in args if a not in SECTIONS + EXTRA]
+    if unknown:
+        raise SystemExit(f"unknown section(s) {unknown}; sections: {', '.join(SECTIONS + EXTRA)}")
+    for section in args or SECTIONS:
         print(f"== {section}", file=sys.stderr, flush=True)
-        run(section)
+        run(section, minutes)
     write_readme(load())
     print(table(load()))

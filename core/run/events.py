@@ -22,6 +22,7 @@ HEALTH_STAGES = ("unresponsive", "stalled")
 PAIR_STAGES = ("waiting", "both_registered", "ports_reachable", "transferred")
 CELL_STATES = ("waiting", "open", "refused", "timeout", "closed")  # closed = was open, now refused
 RUN_STATES = ("launching", "starting", "serving", "degraded", "failed", "stopping", "stopped", "dirty")
+MAX_ERRORS = 50  # per process, in the state (the full log stays on disk)
 LIVE = ("serving", "degraded")  # the run was up; degraded = an endpoint is unresponsive or stalled, or a pair failed
 
 
@@ -61,7 +62,8 @@ class ProcState:
     exit_detail: str = ""
     last_lines: deque = field(default_factory=lambda: deque(maxlen=20))
     last_line_at: float = 0.0
-    errors: list[str] = field(default_factory=list)  # known fatal or telling lines seen
+    # known fatal or telling lines seen, the newest MAX_ERRORS: a run watched for a day may log them all day
+    errors: deque = field(default_factory=lambda: deque(maxlen=MAX_ERRORS))
     health_from: str = ""  # the stage left for a health stage (unresponsive, stalled), restored on recovery
     health_detail: str = ""  # why it is unresponsive/stalled: what was asked, alive or not, its state on the node
     recovered: str = ""  # the last recovery, in words

@@ -87,6 +87,24 @@ def _run(scenario: str, then: Step | None = None, recipe: str = "demo-1p1d") -> 
     return step
 
 
+def _scale(then: Step | None = None) -> Step:
+    """A 128-node 64P64D run coming up with three failed handshake pairs (fakescale.py)."""
+    async def step(pilot) -> None:
+        try:
+            from .fakescale import fake_scale_run
+        except ImportError:  # run as a script
+            from fakescale import fake_scale_run  # type: ignore[no-redef]
+        app = pilot.app
+        app.runs.attach(fake_scale_run(), watch=False)
+        app.live.watching = True
+        app.switch_mode("run")
+        await pilot.pause()
+        if then is not None:
+            await then(pilot)
+        await pilot.pause(0.3)
+    return step
+
+
 async def _bench(pilot) -> None:
     """The Bench view of a benched run over two earlier layouts (tests/measure/fakebench.py)."""
     if str(ROOT) not in sys.path:
@@ -229,6 +247,10 @@ SHOTS: dict[str, tuple[dict, tuple[int, int], Step]] = {
     "27-run-degraded-100x30": ({}, SMALL, _run("degraded")),
     "28-run-pair-matrix-16x16": ({}, BIG, _run("matrix", _focus_pairs)),
     "29-run-pair-matrix-100x30": ({}, SMALL, _run("matrix", _focus_pairs)),
+    "30-run-128-nodes": ({}, BIG, _scale()),
+    "31-run-128-nodes-100x30": ({}, SMALL, _scale()),
+    "32-run-128-nodes-handshake-100x30": ({}, SMALL, _scale(_focus_pairs)),
+    "33-run-128-nodes-last-process-100x30": ({}, SMALL, _scale(_keys("end"))),
 }
 
 

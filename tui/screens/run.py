@@ -160,7 +160,10 @@ class RunScreen(Screen):
             elif self.culprit:  # nothing to point at any more (serving): back to the top
                 table.move_cursor(row=0, animate=False)
         self.culprit = d.culprit
-        self.query_one(BarrierGrid).show(state, d.blocking, now)
+        grid = self.query_one(BarrierGrid)
+        grid.show(state, d.blocking, now)
+        self.query_one("#barrier-box").border_title = "Barrier · node × port" + (f" · {grid.summary}" if grid.summary
+                                                                                else "")
         self.query_one(RouterPanel).show(state, now, node=run.plan.router.node, url=run.plan.router.url,
                                          model=run.recipe.model.client_name)
         self.query_one(HandshakePanel).show(state, now)

@@ -12,6 +12,7 @@ from collections import defaultdict
 
 from rich.style import Style
 from rich.text import Text
+from textual.binding import Binding
 from textual.widgets import DataTable
 
 from ...core.run.events import CellState, RunState
@@ -22,6 +23,8 @@ KIND_ORDER = {"http": 0, "handshake": 1, "router": 2}
 CELL_STYLE = {"open": ("●", "open"), "waiting": ("○", "muted"), "refused": ("○", "muted"),
               "timeout": ("◐", "timeout"), "closed": ("×", "closed")}
 LEGEND = "● open  ○ not yet  ◐ timeout  × was open, now closed  ▌blocking"
+MANY = 12  # nodes: more than the grid shows at once; it then follows the first node not open (until the
+# operator moves the cursor) and sums up which nodes are not open
 
 
 def _ranges(ports: list[int]) -> list[tuple[int, int]]:
@@ -57,6 +60,9 @@ def group_cells(cells: list[CellState]) -> tuple[list[tuple[str, str]], dict[tup
 
 
 class BarrierGrid(DataTable):
+    # Home/End go to the first/last row (DataTable's own scroll sideways): 129 processes or 128 nodes
+    BINDINGS = [Binding("home", "scroll_top", "First row", show=False),
+                Binding("end", "scroll_bottom", "Last row", show=False)]
     COMPONENT_CLASSES = {"barrier-grid--open", "barrier-grid--timeout", "barrier-grid--closed",
                          "barrier-grid--mixed", "barrier-grid--blocking"}
     DEFAULT_CSS = """
@@ -74,6 +80,24 @@ class BarrierGrid(DataTable):
         self.blocking: set[str] = set()  # cell keys ("node:port") marked as blocking
         self.quiet = False
         self.timed_out = False
+        self.touched = False  # the operator moved the cursor: stop following the first node not open
+        self.not_open: list[str] = []  # nodes with a cell not open, blocking ones first
+
+    def on_key(self) -> None:
+        self.touched = True
+
+    def on_click(self) -> None:
+        self.touched = True
+
+    @property
+    def summary(self) -> str:
+        """For the box's title at scale: how many nodes are open, and which are not (blocking first)."""
+        if len(self.nodes) <= MANY:
+            return ""
+        if not self.not_open:
+            return f"all {len(self.nodes)} nodes open"
+        names = " ".join(self.not_open[:4]) + (f" +{len(self.not_open) - 4}" if len(self.not_open) > 4 else "")
+        return f"{len(self.not_open)} of {len(self.nodes)} nodes not open: {names}"
 
     @property
     def current(self) -> str | None:
@@ -91,6 +115,9 @@ class BarrierGrid(DataTable):
         start = state.started or now
         rows = {n: [self._cell(groups.get((n, key), []), now, start) for key, _ in columns] for n in nodes}
         keys = [k for k, _ in columns]
+        blocked = {c.node for c in blocking}
+        waiting = [n for n in nodes if any(c.state != "open" for key, _ in columns for c in groups.get((n, key), []))]
+        self.not_open = [n for n in waiting if n in blocked] + [n for n in waiting if n not in blocked]
         if keys != self.column_keys or nodes != self.nodes:
             keep = self.current
             self.clear(columns=True)
@@ -103,11 +130,13 @@ class BarrierGrid(DataTable):
             if keep in nodes:
                 self.move_cursor(row=nodes.index(keep), animate=False)
             self.call_after_refresh(self.refresh, layout=True)  # auto height: measure the new rows
-            return
-        for n in nodes:
-            for key, value in zip(keys, rows[n]):
-                if self.get_cell(n, key) != value:
-                    self.update_cell(n, key, value, update_width=True)
+        else:
+            for n in nodes:
+                for key, value in zip(keys, rows[n]):
+                    if self.get_cell(n, key) != value:
+                        self.update_cell(n, key, value, update_width=True)
+        if len(nodes) > MANY and not self.touched and self.not_open and not self.quiet:
+            self.move_cursor(row=nodes.index(self.not_open[0]), animate=False)
 
     def _cell(self, members: list[CellState], now: float, start: float) -> Text:
         if not members:

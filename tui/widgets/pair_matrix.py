@@ -1,5 +1,9 @@
 """The KV handshake at scale: a prefill x decode matrix, one cell per pair coloured by its stage, and
-the failing pairs listed under it (a 16P16D run has 256 pairs: a list would not fit)."""
+the failing pairs listed under it (a 16P16D run has 256 pairs: a list would not fit).
+
+A matrix too big for the panel (64P64D: 4,096 pairs) collapses: the failing pairs come first, then
+the workers every one of whose pairs lags behind, then the matrix in blocks of pairs (each block
+shows its least advanced pair, a failed pair above all), then the counts."""
 
 from __future__ import annotations
 
@@ -23,12 +27,21 @@ def _short(name: str) -> str:
     return (role[:1].upper() + idx) if idx.isdigit() else name
 
 
-def pair_matrix(state: RunState, color: Callable[[str], Style], width: int = 56, max_failed: int = 8) -> Text:
+# How far a pair got, for "the least advanced pair of a block": failed first, then the earliest stage.
+RANK = {"failed": -1, "waiting": 0, "both_registered": 1, "ports_reachable": 2, "transferred": 3}
+MAX_ROWS = 24  # prefill rows shown one per prefill; more collapse into blocks
+BLOCK_ROWS = 8  # collapsed: at most this many rows of blocks
+
+
+def pair_matrix(state: RunState, color: Callable[[str], Style], width: int = 56, max_failed: int = 8,
+                max_rows: int = MAX_ROWS) -> Text:
     """The matrix as Text; `color(name)` gives the colour of a severity (the panel's component classes)."""
     prefills = list(dict.fromkeys(pr.prefill for pr in state.pairs.values()))
     decodes = list(dict.fromkeys(pr.decode for pr in state.pairs.values()))
     label_w = max((len(_short(p)) for p in prefills), default=2) + 1
     cols = max(1, (width - label_w) // 2)
+    if len(prefills) > max_rows or len(decodes) > cols:
+        return _collapsed(state, prefills, decodes, color, width, max_failed, max_rows)
     out = Text()
     for start in range(0, len(decodes), cols):  # wrap wide matrices into bands of columns
         band = decodes[start:start + cols]
@@ -44,16 +57,112 @@ def pair_matrix(state: RunState, color: Callable[[str], Style], width: int = 56,
                 if i < len(band) - 1:
                     out.append(" ")
             out.append("\n")
+    out.append(_counts(state), style="dim")
+    _failed(out, state, color, max_failed, first=False)
+    return out
+
+
+def _counts(state: RunState) -> str:
     counts: dict[str, int] = {}
     for pr in state.pairs.values():
         counts[pr.stage] = counts.get(pr.stage, 0) + 1
-    out.append(" · ".join(f"{n} {st.replace('_', ' ')}" for st, n in sorted(counts.items())), style="dim")
+    return " · ".join(f"{n} {st.replace('_', ' ')}" for st, n in sorted(counts.items()))
+
+
+def _failed(out: Text, state: RunState, color: Callable[[str], Style], max_failed: int, first: bool) -> int:
+    """The failing pairs, each with why; returns how many failed."""
     failed = [pr for pr in state.pairs.values() if pr.stage == "failed"]
     err = color("error")
-    for pr in failed[:max_failed]:
-        out.append(f"\n× {pr.prefill} → {pr.decode}: ", style=Style(bold=True) + err)
+    for i, pr in enumerate(failed[:max_failed]):
+        out.append("" if first and i == 0 else "\n")
+        out.append(f"× {pr.prefill} → {pr.decode}: ", style=Style(bold=True) + err)
         why = clean(pr.failed, 10_000)
         out.append(why if len(why) <= 240 else why[:239] + "…", style=err)
     if len(failed) > max_failed:
         out.append(f"\n… and {len(failed) - max_failed} more failing pairs", style=err)
+    return len(failed)
+
+
+def _failed_grouped(out: Text, state: RunState, color: Callable[[str], Style], max_groups: int) -> int:
+    """The failing pairs grouped by the worker they share (decode or prefill, whichever makes fewer
+    groups), most failures first, one line each with the first failure's reason; returns how many."""
+    failed = [pr for pr in state.pairs.values() if pr.stage == "failed"]
+    if not failed:
+        return 0
+    by_d: dict[str, list] = {}
+    by_p: dict[str, list] = {}
+    for pr in failed:
+        by_d.setdefault(pr.decode, []).append(pr)
+        by_p.setdefault(pr.prefill, []).append(pr)
+    use_d = len(by_d) <= len(by_p)
+    groups = sorted((by_d if use_d else by_p).items(), key=lambda kv: -len(kv[1]))
+    err = color("error")
+    out.append(f"× {len(failed)} failed pair{'s' if len(failed) != 1 else ''}", style=Style(bold=True) + err)
+    for worker, prs in groups[:max_groups]:
+        others = [pr.prefill if use_d else pr.decode for pr in prs]
+        shown = ", ".join(others[:6]) + (f" +{len(others) - 6}" if len(others) > 6 else "")
+        out.append(f"\n× {worker} {'←' if use_d else '→'} {shown}: ", style=Style(bold=True) + err)
+        why = clean(prs[0].failed, 10_000)
+        out.append(why if len(why) <= 160 else why[:159] + "…", style=err)
+    if len(groups) > max_groups:
+        out.append(f"\n… and {len(groups) - max_groups} more workers with failing pairs", style=err)
+    return len(failed)
+
+
+def lagging_workers(state: RunState) -> list[str]:
+    """Workers all of whose (not failed) pairs are behind the furthest stage any pair reached: the ones
+    holding the handshake back (a worker still loading, a node whose ports nobody reaches)."""
+    pairs = [pr for pr in state.pairs.values() if pr.stage != "failed"]
+    if not pairs:
+        return []
+    best = max(RANK.get(pr.stage, 0) for pr in pairs)
+    behind: dict[str, list[bool]] = {}
+    for pr in pairs:
+        late = RANK.get(pr.stage, 0) < best
+        behind.setdefault(pr.prefill, []).append(late)
+        behind.setdefault(pr.decode, []).append(late)
+    return [w for w, flags in behind.items() if all(flags)]
+
+
+def _collapsed(state: RunState, prefills: list[str], decodes: list[str], color: Callable[[str], Style], width: int,
+               max_failed: int, max_rows: int) -> Text:
+    out = Text()
+    n_failed = _failed_grouped(out, state, color, max_failed)
+    lag = lagging_workers(state)
+    if lag:
+        out.append("\n" if n_failed else "")
+        shown = ", ".join(lag[:12]) + (f" and {len(lag) - 12} more" if len(lag) > 12 else "")
+        out.append("held back by ", style="bold")
+        out.append(f"{shown}: every pair of {'it' if len(lag) == 1 else 'each'} is behind the others", style="dim")
+    # blocks of b x b pairs, b a power of two: the smallest that fits (4 columns a block: glyph, 3 spaces)
+    label = lambda i, j, names: _short(names[i]) + (f"-{j - 1}" if j - 1 > i else "")  # noqa: E731
+    b = 1
+    while True:
+        rows = -(-len(prefills) // b)
+        cols = -(-len(decodes) // b)
+        label_w = max(len(label(i, min(i + b, len(prefills)), prefills)) for i in range(0, len(prefills), b)) + 1
+        if (rows <= BLOCK_ROWS and label_w + 4 * cols <= max(width, 24)) or b >= max(len(prefills), len(decodes)):
+            break
+        b *= 2
+    out.append("\n" if out.plain else "")
+    out.append(f"{len(prefills)}P × {len(decodes)}D" + (f", in blocks of {b}×{b} pairs (the least advanced "
+               "of each)" if b > 1 else ""), style="dim")
+    out.append("\n" + " " * label_w)
+    out.append("".join(f"{_short(decodes[j]):<4}" for j in range(0, len(decodes), b)).rstrip(), style="dim")
+    for i in range(0, len(prefills), b):
+        out.append("\n")
+        out.append(f"{label(i, min(i + b, len(prefills)), prefills):<{label_w}}", style="bold")
+        for j in range(0, len(decodes), b):
+            worst = None
+            for p in prefills[i:i + b]:
+                for d in decodes[j:j + b]:
+                    pr = state.pairs.get(f"{p}>{d}")
+                    stage = pr.stage if pr else "waiting"
+                    if worst is None or RANK.get(stage, 0) < RANK.get(worst, 0):
+                        worst = stage
+            glyph, var = GLYPH.get(worst or "waiting", ("?", ""))
+            out.append(glyph, style=color(var) if var else "")
+            if j + b < len(decodes):
+                out.append("   ")
+    out.append("\n" + _counts(state), style="dim")
     return out

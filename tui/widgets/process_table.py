@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from rich.style import Style
 from rich.text import Text
+from textual.binding import Binding
 from textual.widgets import DataTable
 
 from ...core.run.events import ROUTER_STAGES, TERMINAL, WORKER_STAGES, ProcState, RunState
@@ -19,6 +20,9 @@ COLUMNS = [("name", "PROCESS"), ("role", "ROLE"), ("node", "NODE"), ("stage", "S
 
 
 class ProcessTable(DataTable):
+    # Home/End go to the first/last row (DataTable's own scroll sideways): 129 processes or 128 nodes
+    BINDINGS = [Binding("home", "scroll_top", "First row", show=False),
+                Binding("end", "scroll_bottom", "Last row", show=False)]
     COMPONENT_CLASSES = {"process-table--ok", "process-table--warning", "process-table--error",
                          "process-table--prefill", "process-table--decode", "process-table--worker",
                          "process-table--router"}

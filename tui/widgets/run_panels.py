@@ -19,6 +19,7 @@ from ..logtext import HIGHLIGHT, clean
 from .pair_matrix import pair_matrix
 
 MATRIX_FROM = 5  # pairs: from this many on, the handshake panel is a prefill x decode matrix
+MANY_NODES = 12  # from this many nodes on, the nodes panel lists only the nodes with a problem
 
 CHECKS = [("readiness", "/readiness"), ("workers", "/workers"), ("models", "/v1/models"), ("smoke", "smoke request")]
 PAIR_WORDS = {"both_registered": "both registered", "ports_reachable": "ports reachable",
@@ -202,14 +203,35 @@ class HandshakePanel(RunPanel):
 
 
 class NodesPanel(RunPanel):
-    """Each node of the run: the connection or Slurm health core reports, and what runs there."""
+    """Each node of the run: the connection or Slurm health core reports, and what runs there. Past
+    MANY_NODES, the nodes with a problem only (then how many are fine): 128 lines would push the
+    panels under it off the screen."""
 
     def show(self, state: RunState, nodes: Iterable[str], now: float, launcher: str) -> None:
         out = Text()
         by_node: dict[str, list[str]] = {}
         for p in state.procs.values():
             by_node.setdefault(p.node, []).append(p.name)
+        nodes = list(nodes)
         width = max((len(n) for n in nodes), default=8)
+        if len(nodes) > MANY_NODES:
+            sick = [n for n in nodes if n in state.conns and state.conns[n][0] != "ok"]
+            silent = sum(1 for n in nodes if n not in state.conns)
+            fine = len(nodes) - len(sick) - silent
+            out.append(f"{len(nodes)} nodes", style="bold")
+            if launcher == "local" and not state.conns:
+                out.append(" · local, nothing to watch", style="dim")
+            else:
+                out.append(f" · {fine} ok", style=self.color("ok") if fine else "dim")
+                if sick:
+                    out.append(f" · {len(sick)} not ok", style=BOLD + self.color("error"))
+                if silent:
+                    out.append(f" · {silent} not reported", style="dim")
+            nodes = sick[:MANY_NODES]
+            if len(sick) > MANY_NODES:
+                out.append(f"\n… and {len(sick) - MANY_NODES} more not ok (first {MANY_NODES} below)", style="dim")
+            if nodes:
+                out.append("\n")
         for i, node in enumerate(nodes):
             if i:
                 out.append("\n")

@@ -1,0 +1,314 @@
+"""The console at scale: 64P64D TP8 + router on a synthetic 128-node local cluster (127.0.N.M addresses,
+the simulator sped up), launched and watched from the real `atomdeck tui` in tmux at 160x50.
+
+Measured (issue 19's goals in brackets):
+- key press to screen while the 129 processes come up and while they serve [p95 <= 50 ms]: the key
+  moves the process table's cursor, the screen shows the next process's last lines (its name in the
+  panel's title); timed from sending the key to the pane printing that name (tmux control mode)
+- the console's RSS and its watcher process's RSS [together <= 300 MB], their CPU while serving with
+  nobody typing [console <= 10 % of a core]
+- launch (the confirming key) to SERVING on screen; teardown (the confirming key) to "verified clean"
+- the simulator's own memory (its 129 process trees), so the next person knows what the machine needs
+- the run view as text at 160x50 and at 100x30 (tmux resized), saved with the results
+
+    /work/coord/isolated .venv/bin/python bench/scale_console.py          # 128 nodes
+    /work/coord/isolated .venv/bin/python bench/scale_console.py 16       # a smaller cluster
+
+Benchmarks write numbers, they do not assert them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import select
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from common import pct, save
+from console import ATOMDECK, Term, _console_pid, _cpu_s, _rss_mb, _send, _state_env, _watcher_pid
+
+GOALS = {"key_p95_s": 0.05, "rss_mb": 300, "console_cpu_pct": 10}
+TITLE = re.compile(r"Last lines \S (\S+) on ")
+
+
+def cluster_yaml(n: int) -> str:
+    nodes = "".join(f"  - {{name: s{i:03d}, addr: 127.0.{1 + i // 100}.{10 + i % 100}, gpus: 8, partition: scale}}\n"
+                    for i in range(n))
+    return (f"name: scale{n}\ndescription: {n} simulated nodes for the console scale benchmark\nlauncher: local\n"
+            f"gpus_per_node: 8\nnode_ip: {{method: static}}\nsimulator: {{enabled: true, speed: 1.0}}\nnodes:\n{nodes}")
+
+
+def recipe_yaml(n: int) -> str:
+    half = n // 2
+    return f"""name: scale-{half}p{half}d
+description: {half}P{half}D TP8 + router, one worker per node
+model: {{path: atomdeck/demo-tiny-8b}}
+mooncake: {{protocol: tcp}}
+prefill: {{workers: {half}, tp: 8}}
+decode: {{workers: {half}, tp: 8}}
+router:
+  policy: round_robin
+  args: {{disable-health-check: true, disable-circuit-breaker: true}}
+health: {{worker_timeout_s: 600, router_timeout_s: 300, smoke_timeout_s: 60}}
+"""
+
+
+def down_runs(env: dict[str, str]) -> None:
+    """`atomdeck down` every run in this benchmark's state directory (a no-op for one torn down already).
+    Not console.py's _down_all, which also SIGKILLs any process group still carrying a recorded PID:
+    with pid_max 32768 and hundreds of processes started, that PID may be someone else's by then."""
+    import subprocess
+
+    runs = Path(env["XDG_STATE_HOME"]) / "atomdeck" / "runs"
+    for rd in sorted(runs.glob("*")) if runs.is_dir() else []:
+        r = subprocess.run([str(ATOMDECK), "down", rd.name], capture_output=True, text=True, timeout=300,
+                           env={**os.environ, **env})
+        if r.returncode != 0:
+            print(f"bench: atomdeck down {rd.name} exited {r.returncode}: {(r.stdout + r.stderr)[-500:]}",
+                  file=sys.stderr)
+
+
+def _tree_rss_mb(pid: int) -> float:
+    total, todo, seen = 0.0, [pid], set()
+    while todo:
+        p = todo.pop()
+        if p in seen:
+            continue
+        seen.add(p)
+        total += _rss_mb(p)
+        try:
+            for t in Path(f"/proc/{p}/task").iterdir():
+                todo += [int(c) for c in (t / "children").read_text().split()]
+        except OSError:
+            pass
+    return total
+
+
+class Keys(Term):
+    """Term with a key timer that forgets earlier output before it sends the key (reads what is
+    waiting until nothing is), so an old redraw cannot match."""
+
+    def forget(self) -> None:
+        assert self.control is not None and self.control.stdout is not None
+        fd = self.control.stdout.fileno()
+        end = time.monotonic() + 1.0  # a pane that never stops printing: forget for a second at most
+        while select.select([fd], [], [], 0)[0] and time.monotonic() < end:
+            if not os.read(fd, 1 << 20):
+                return
+
+    def press_shows(self, key: str, text: str, timeout: float = 5.0, every: float = 0.02) -> float | None:
+        """Seconds from sending `key` to the pane showing `text` (in its output as it arrives, or in a
+        capture of the screen taken at most every `every` s); None if it never did."""
+        assert self.control is not None and self.control.stdin is not None and self.control.stdout is not None
+        self.forget()
+        fd = self.control.stdout.fileno()
+        t0 = time.monotonic()
+        self.control.stdin.write(_send(key))
+        seen = ""
+        captured = t0
+        while time.monotonic() - t0 < timeout:
+            if select.select([fd], [], [], every)[0]:
+                seen = (seen + os.read(fd, 1 << 20).decode("utf-8", "replace"))[-16384:]
+                if text in seen:
+                    return time.monotonic() - t0
+            if time.monotonic() - captured >= every:
+                captured = time.monotonic()
+                if text in self.screen():
+                    return time.monotonic() - t0
+        return None
+
+
+def _step(term: Keys, names: list[str]) -> tuple[str, str] | None:
+    """The next key and the name it brings on screen: down, or up at the last row."""
+    m = TITLE.search(term.screen())
+    if not m or m.group(1) not in names:
+        return None
+    i = names.index(m.group(1))
+    # "· NAME on " is the title only (the router panel says "router on NODE" too)
+    return ("Down", f"· {names[i + 1]} on ") if i + 1 < len(names) else ("Up", f"· {names[i - 1]} on ")
+
+
+def _summary(lat: list[float], missed: int) -> dict:
+    if not lat:
+        return {"presses": 0, "missed": missed}
+    return {"presses": len(lat), "missed": missed, "p50_s": round(pct(lat, 50), 4), "p95_s": round(pct(lat, 95), 4),
+            "max_s": round(max(lat), 4), "all_ms": sorted(round(x * 1000) for x in lat)}
+
+
+def scale(n: int = 128, speed: str = "20", serving_presses: int = 30, idle_s: float = 20.0, gap: float = 0.25) -> dict:
+    from atomdeck.core.run.run import Run
+
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        (tmp / "scale.yaml").write_text(cluster_yaml(n))
+        (tmp / "scale-recipe.yaml").write_text(recipe_yaml(n))
+        env = _state_env(tmp, ATOMDECK_SIM_SPEED=speed)
+        term = Keys(tmp, env)
+        old_state = os.environ.get("XDG_STATE_HOME")
+        os.environ["XDG_STATE_HOME"] = env["XDG_STATE_HOME"]
+        out: dict = {"nodes": n, "processes": n + 1, "sim_speed": speed}
+        rss: list[tuple[float, float]] = []
+        try:
+            term.start(f"{ATOMDECK} tui --cluster {tmp / 'scale.yaml'} --recipe {tmp / 'scale-recipe.yaml'}")
+            term.wait_for("1 Nodes", timeout=30)
+            term.wait_for("s000", timeout=30)
+            term.keys("3")
+            term.wait_for(f"{n + 1} processes on {n} nodes", timeout=60)  # the preview is drawn
+            term.keys("L")
+            term.wait_for("Launch this deployment?", timeout=30)
+            console = _console_pid(term.pane_pid())
+            term.attach_control()
+            t_launch = time.monotonic()
+            term.control.stdin.write(_send("y"))  # type: ignore[union-attr]
+            term.wait_for("PROCESS", timeout=120, every=0.05)  # the run view with its process table
+            run_id = Run.list()[-1]["id"]
+            names = list(Run.open(run_id).state.procs)
+            watcher = None
+            up: list[float] = []
+            missed_up = 0
+            t_serving = None
+            while time.monotonic() - t_launch < 600:
+                screen = term.screen()
+                if "SERVING" in screen:
+                    t_serving = time.monotonic()
+                    break
+                if "FAILED" in screen:
+                    raise RuntimeError(f"the run failed:\n{screen}")
+                watcher = watcher or _watcher_pid(console)
+                rss.append((_rss_mb(console), _rss_mb(watcher) if watcher else 0.0))
+                step = _step(term, names)
+                if step:
+                    lat = term.press_shows(*step)
+                    if lat is None:
+                        missed_up += 1
+                    else:
+                        up.append(lat)
+                time.sleep(gap)
+            if t_serving is None:
+                raise RuntimeError(f"not serving after 600 s:\n{term.screen()}")
+            out["launch_to_serving_s"] = round(t_serving - t_launch, 2)
+            out["key_coming_up"] = _summary(up, missed_up)
+            print(json.dumps(out), file=sys.stderr, flush=True)
+            watcher = watcher or _watcher_pid(console)
+            run = Run.open(run_id)
+            out["sim_rss_mb"] = round(sum(_tree_rss_mb(h.pid) for h in run.handles.values() if h.pid), 0)
+            out["sim_rss_per_worker_mb"] = round(statistics.median(
+                _tree_rss_mb(h.pid) for name, h in run.handles.items() if h.pid and name != "router"), 1)
+            # serving, nobody typing: the console's and its watcher's own CPU
+            time.sleep(3)
+            cpu0 = (_cpu_s(console), _cpu_s(watcher), time.monotonic())
+            t_end = time.monotonic() + idle_s
+            while time.monotonic() < t_end:
+                rss.append((_rss_mb(console), _rss_mb(watcher) if watcher else 0.0))
+                term.forget()
+                time.sleep(1)
+            el = time.monotonic() - cpu0[2]
+            out["idle_serving_s"] = round(el, 1)
+            out["console_cpu_pct"] = round(100 * (_cpu_s(console) - cpu0[0]) / el, 1)
+            out["watcher_cpu_pct"] = round(100 * (_cpu_s(watcher) - cpu0[1]) / el, 1)
+            serving: list[float] = []
+            missed = 0
+            for _ in range(serving_presses):
+                step = _step(term, names)
+                if step:
+                    lat = term.press_shows(*step)
+                    if lat is None:
+                        missed += 1
+                    else:
+                        serving.append(lat)
+                rss.append((_rss_mb(console), _rss_mb(watcher) if watcher else 0.0))
+                time.sleep(gap)
+            out["key_serving"] = _summary(serving, missed)
+            print(json.dumps(out), file=sys.stderr, flush=True)
+            out["console_rss_max_mb"] = round(max(r[0] for r in rss), 1)
+            out["watcher_rss_max_mb"] = round(max(r[1] for r in rss), 1)
+            out["rss_max_mb"] = round(max(a + b for a, b in rss), 1)
+            out["screen_160x50"] = term.screen()
+            term.detach_control()
+            term("resize-window", "-t", "s", "-x", "100", "-y", "30")
+            time.sleep(1.5)
+            out["screen_100x30"] = term.screen()
+            term("resize-window", "-t", "s", "-x", "160", "-y", "50")
+            time.sleep(1.0)
+            t_down = time.monotonic()
+            term.keys("D")
+            term.wait_for("Tear down run", timeout=120)
+            out["teardown_dialog_s"] = round(time.monotonic() - t_down, 2)  # D to the dialog on screen
+            t_down = time.monotonic()
+            term("send-keys", "-t", "s", "y")
+            term.wait_for("verified clean", timeout=300, every=0.05)
+            out["teardown_s"] = round(time.monotonic() - t_down, 2)
+            term.keys("Escape", "q")
+            return out
+        except Exception as e:  # what was measured before it went wrong is kept, with the error
+            if "key_coming_up" not in out:
+                raise
+            out["error"] = f"{type(e).__name__}: {str(e).splitlines()[0]}"
+            return out
+        finally:
+            term.kill()
+            down_runs(env)
+            if old_state is None:
+                os.environ.pop("XDG_STATE_HOME", None)
+            else:
+                os.environ["XDG_STATE_HOME"] = old_state
+
+
+def _ms(s) -> str:
+    return "-" if s is None else f"{s * 1000:.0f} ms"
+
+
+def _yes(ok: bool) -> str:
+    return "yes" if ok else "**no**"
+
+
+def rows(r: dict) -> list[str]:
+    if "key_serving" not in r or "rss_max_mb" not in r:
+        return []
+    shape = f"{r['nodes'] // 2}P{r['nodes'] // 2}D TP8 on {r['nodes']} simulated nodes ({r['processes']} processes)"
+    out = []
+    for key, when in (("key_coming_up", "while it comes up"), ("key_serving", "while it serves")):
+        k = r[key]
+        miss = f", {k['missed']} never shown within 5 s" if k.get("missed") else ""
+        out.append(f"| console, {shape}: key press to screen {when} | p50 {_ms(k.get('p50_s'))}, p95 "
+                   f"{_ms(k.get('p95_s'))} (n={k['presses']}{miss}) | p95 <= 50 ms | "
+                   f"{_yes(k.get('p95_s') is not None and k['p95_s'] <= GOALS['key_p95_s'] and not k.get('missed'))} |")
+    out.append(f"| console at that scale: memory (max) | console {r['console_rss_max_mb']:.0f} MB + watcher "
+               f"{r['watcher_rss_max_mb']:.0f} MB = {r['rss_max_mb']:.0f} MB | <= 300 MB | "
+               f"{_yes(r['rss_max_mb'] <= GOALS['rss_mb'])} |")
+    out.append(f"| console at that scale: CPU while serving, nobody typing ({r['idle_serving_s']:.0f} s) | console "
+               f"{r['console_cpu_pct']}%, watcher {r['watcher_cpu_pct']}% of a core | console <= 10 % | "
+               f"{_yes(r['console_cpu_pct'] <= GOALS['console_cpu_pct'])} |")
+    down = (f"{r['teardown_s']:.1f} s (D to its dialog {r['teardown_dialog_s']:.1f} s)" if "teardown_s" in r
+            else f"not measured: {r.get('error', '?')}")
+    out.append(f"| console at that scale: launch -> SERVING on screen; teardown -> verified clean | "
+               f"{r['launch_to_serving_s']:.1f} s; {down} | | |")
+    out.append(f"| the simulator at that scale (ATOMDECK_SIM_SPEED={r['sim_speed']}) | {r['sim_rss_mb']:,.0f} MB RSS in "
+               f"all ({r['sim_rss_per_worker_mb']:.0f} MB per worker) | | |")
+    return out
+
+
+def main(n: int = 128) -> dict:
+    r = scale(n)
+    r["table"] = rows(r)
+    return r
+
+
+if __name__ == "__main__":
+    import faulthandler
+    import signal
+
+    faulthandler.register(signal.SIGUSR1)  # kill -USR1 PID: where it waits
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so `finally` tears the run down
+    os.environ.setdefault("XDG_STATE_HOME", tempfile.mkdtemp(prefix="atomdeck-bench-state-"))
+    res = main(int(sys.argv[1]) if len(sys.argv) > 1 else 128)
+    save("console-scale", res)
+    print(json.dumps({k: v for k, v in res.items() if k not in ("table",) and not k.startswith("screen")}, indent=2))
+    print(res["screen_160x50"])
+    print(res["screen_100x30"])
+    print("\n".join(res["table"]))

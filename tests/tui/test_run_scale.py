@@ -1,0 +1,84 @@
+"""The run view with 128 nodes (64P64D + router, 129 processes, 4,096 handshake pairs) at 100x30: the
+failing pairs and what holds the handshake back are on screen in a panel that fits, and the operator
+can reach the last process and the last node. A deterministic run (fakescale.py), nothing started."""
+
+from __future__ import annotations
+
+from atomdeck.tui.widgets.barrier_grid import BarrierGrid
+from atomdeck.tui.widgets.process_table import ProcessTable
+
+from .conftest import make_app
+from .fakescale import FAILED_PAIRS, LOADING, fake_scale_run
+from .runhelpers import text_of
+
+SMALL = (100, 30)
+
+
+async def _attached(pilot):
+    app = pilot.app
+    await app.workers.wait_for_complete()
+    app.runs.attach(fake_scale_run(), watch=False)
+    app.switch_mode("run")
+    await pilot.pause()
+    await pilot.pause()
+    return app.screen
+
+
+async def test_the_failing_pairs_of_a_64x64_handshake_are_on_screen_first():
+    app = make_app()
+    async with app.run_test(size=SMALL) as pilot:
+        screen = await _attached(pilot)
+        box = screen.query_one("#pairs-box")
+        box.scroll_visible(animate=False, top=True)
+        await pilot.pause()
+        pairs = screen.query_one("#pairs")
+        text = text_of(pairs)
+        lines = text.splitlines()
+        # the three failing pairs share decode-52: one group, named before the matrix
+        assert lines[0] == "× 3 failed pairs"
+        assert "× decode-52 ← prefill-5, prefill-40, prefill-63: decode-52 on s116 cannot reach prefill-5" in text
+        assert "held back by " + ", ".join(sorted(LOADING, key=lambda n: (n.split("-")[0] != "decode", n))) in text
+        assert "64P × 64D, in blocks of 8×8 pairs" in text
+        assert "3 failed" in lines[-1] and "ports reachable" in lines[-1]
+        # a panel that fits the screen: a row per prefill (64 rows, in bands) would not
+        assert pairs.size.height <= SMALL[1] - 6, text
+        # and what the screen shows is that panel, failing pairs first
+        shot = app.export_screenshot()
+        for key in FAILED_PAIRS:
+            assert key.split(">")[0] in shot
+
+
+async def test_the_last_process_and_the_last_node_can_be_reached():
+    app = make_app()
+    async with app.run_test(size=SMALL) as pilot:
+        screen = await _attached(pilot)
+        table = screen.query_one(ProcessTable)
+        assert len(table.names) == 129
+        table.focus()
+        await pilot.press("end")
+        await pilot.pause()
+        assert table.current == "router"
+        assert table.scroll_offset.y > 0  # scrolled: the router row is the last of 129
+        assert "router on s000" in screen.query_one("#tail-box").border_title
+        await pilot.press("home")
+        await pilot.pause()
+        assert table.current == "prefill-0"
+
+        grid = screen.query_one(BarrierGrid)
+        assert len(grid.nodes) == 128
+        # until the operator moves it, the grid shows the first node not open (a blocking one first)
+        assert grid.current == grid.not_open[0]
+        assert set(grid.not_open) >= {"s061", "s081", "s127"}
+        title = str(screen.query_one("#barrier-box").border_title)
+        assert f"{len(grid.not_open)} of 128 nodes not open" in title and "s061" in title
+        grid.focus()
+        await pilot.press("end")
+        await pilot.pause()
+        assert grid.current == "s127" and grid.touched
+        await pilot.press("up", "up")
+        app.live.version += 1  # a state change redraws the view: the cursor stays where the operator put it
+        screen.redraw()
+        await pilot.pause()
+        assert grid.current == "s125"
+        # the nodes panel stays one line: 128 lines would push the diagnosis off the screen
+        assert text_of(screen.query_one("#nodes")) == "128 nodes · local, nothing to watch"
