@@ -159,6 +159,8 @@ class Cluster(_Strict):
     model_dirs: list[ModelDir] = Field(default_factory=list)
     container: ContainerSpec = Field(default_factory=ContainerSpec)
     rdma_nic: Literal["auto", "ionic", "bnxt_re", "mlx5", "none"] = "auto"
+    nofile: int | None = Field(None, ge=1, description="the open-files limit (ulimit -n) the engine needs; "
+                               "default 65536 (Mooncake, as InferenceX sets it), 4096 with the simulator")
     exclude: list[ExcludeRule] = Field(default_factory=list)
     nodes: list[StaticNode] = Field(default_factory=list)
     simulator: SimulatorSpec = Field(default_factory=SimulatorSpec)

@@ -63,27 +63,28 @@ def help_command(plan: Plan, spec: ProcessSpec) -> list[str]:
     return [*wrapper, *prog, "--help"]
 
 
-def _cache_path() -> Path:
-    return state_dir() / "engine-flags.json"
+def _cache_path(name: str = "engine-flags") -> Path:
+    return state_dir() / f"{name}.json"
 
 
-def _cache_load() -> dict[str, list[str]]:
+def cache_load(name: str = "engine-flags") -> dict:
+    """A per-image cache in the state directory (`engine-flags`: accepted flags; `image-checks`: pre-flight)."""
     try:
-        data = json.loads(_cache_path().read_text())
+        data = json.loads(_cache_path(name).read_text())
         return data if isinstance(data, dict) else {}
     except (OSError, ValueError):
         return {}
 
 
-def _cache_save(entries: dict[str, list[str]]) -> None:
-    path = _cache_path()
+def cache_save(entries: dict, name: str = "engine-flags") -> None:
+    path = _cache_path(name)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({**_cache_load(), **entries}, indent=1, sort_keys=True))
+        tmp.write_text(json.dumps({**cache_load(name), **entries}, indent=1, sort_keys=True))
         tmp.replace(path)
     except OSError:
-        pass  # a cache that cannot be written only costs a --help next time
+        pass  # a cache that cannot be written only costs a check next time
 
 
 def _recipe_key(plan: Plan, spec: ProcessSpec, flag: str) -> str:
@@ -126,7 +127,7 @@ async def check_engine_flags(plan: Plan, processes: list[ProcessSpec],
     launch (PreflightError) naming every flag the program does not accept and its closest spelling. Returns
     how many flags each program accepts, by cache key (for the run's facts)."""
     image = plan.recipe.image if plan.cluster.container.runtime == "docker" else None
-    cache = _cache_load() if image else {}
+    cache = cache_load() if image else {}
     node = plan.selection.all()[0]
     found: dict[str, set[str]] = {}
     fresh: dict[str, list[str]] = {}
@@ -156,7 +157,7 @@ async def check_engine_flags(plan: Plan, processes: list[ProcessSpec],
         if found[key]:
             findings += unknown_flag_findings(plan, spec, found[key], f"image {image}" if image else node)
     if fresh:
-        _cache_save(fresh)
+        cache_save(fresh)
     if findings:
         raise PreflightError(findings)
     return {k: len(v) for k, v in found.items()}

@@ -23,9 +23,12 @@ from .shell import Result
 
 VRAM_IDLE_PCT = 10
 NOFILE_NEEDED = 65536  # InferenceX: `ulimit -n 65536` / docker --ulimit nofile for Mooncake
+SIM_NOFILE_NEEDED = 4096  # the simulator's worker (Mooncake over TCP) holds about 30 files open
+WRAPPER_NOFILE = 65536  # supervisor.sh raises the soft limit to this, or else to the hard limit
 
 # $1: ports to check (space separated), $2: a path that must exist (or ""), $3: runtime check command,
-# $4: Mooncake library directories the workers' LD_LIBRARY_PATH names (space separated; outside containers)
+# $4: Mooncake library directories the workers' LD_LIBRARY_PATH names (space separated; outside containers;
+# inside an image IMAGE_SCRIPT checks them)
 SCRIPT = r'''ports=$1; model=$2; runtime=$3; mooncake=$4
 echo "host=$(hostname)"
 echo "nofile=$(ulimit -n) $(ulimit -Hn)"
@@ -63,6 +66,15 @@ echo "ifaddrs=$(ip -o addr show 2>/dev/null | awk '{split($4, a, "/"); print $2 
 echo "preflight=done"
 '''
 
+# Run inside the image, as the engine's `docker run` would (its --ulimit nofile): $1 = Mooncake directories
+IMAGE_SCRIPT = r'''mooncake=$1
+echo "nofile=$(ulimit -n) $(ulimit -Hn)"
+missing=
+for d in $mooncake; do [ -d "$d" ] || missing="$missing $d"; done
+echo "mooncake_missing=$missing"
+echo "preflight=done"
+'''
+
 
 @dataclass
 class NodeCheck:
@@ -74,7 +86,7 @@ class NodeCheck:
     node_addr: str = ""  # what Slurm (or the cluster file) calls the node's address
     mooncake_dirs: list[str] = field(default_factory=list)  # LD_LIBRARY_PATH entries for Mooncake (no container)
     rdma: bool = False  # a KV transfer over RDMA runs on this node: /dev/infiniband must be there
-    nofile: int = 0  # the open-files limit the engine needs (0: not checked, e.g. a container sets it)
+    nofile: int = 0  # the open-files limit the engine needs (0: not checked here: a container checks its own)
 
 
 def node_addresses(result: dict[str, str]) -> list[tuple[str, str]]:
@@ -130,10 +142,25 @@ def checks_for(plan: Plan, processes: list[ProcessSpec]) -> list[NodeCheck]:
         dirs = sorted({d for p in workers for d in p.env.get("LD_LIBRARY_PATH", "").split(":")
                        if "mooncake" in d.lower()}) if not container else []
         rdma = plan.recipe.mode == "disagg" and plan.recipe.mooncake.protocol in (None, "rdma") and bool(workers)
-        nofile = NOFILE_NEEDED if workers and not container and not plan.cluster.simulator.enabled else 0
+        nofile = nofile_needed(plan) if workers and not container else 0
         out.append(NodeCheck(node, ports, model_host_path(plan, node), runtime_check(processes, node),
                              node_addr=plan.node(node).addr or "", mooncake_dirs=dirs, rdma=rdma, nofile=nofile))
     return out
+
+
+def nofile_needed(plan: Plan) -> int:
+    """The open-files limit the engine needs: the cluster's `nofile`, else Mooncake's (the simulator's less)."""
+    c = plan.cluster
+    return c.nofile or (SIM_NOFILE_NEEDED if c.simulator.enabled else NOFILE_NEEDED)
+
+
+def wrapper_nofile(soft: str, hard: str) -> int | None:
+    """The soft limit the engine gets once supervisor.sh raised it (None: unlimited)."""
+    if soft == "unlimited":
+        return None
+    if int(soft) >= WRAPPER_NOFILE:
+        return int(soft)
+    return WRAPPER_NOFILE if hard == "unlimited" or int(hard) >= WRAPPER_NOFILE else max(int(soft), int(hard))
 
 
 def model_host_path(plan: Plan, node: str) -> str:
@@ -220,16 +247,83 @@ def image_findings(check: NodeCheck) -> list[Finding]:
                            "env.LD_LIBRARY_PATH", "point it at <site-packages>/mooncake of the Python that runs ATOM",
                            n))
     soft, _, hard = r.get("nofile", "").partition(" ")
-    if check.nofile and hard and hard != "unlimited" and hard.isdigit() and int(hard) < check.nofile:
-        out.append(Finding("preflight-nofile", "error",
-                           f"the open-files limit on {n} is {soft} (at most {hard}); Mooncake needs {check.nofile} "
-                           "and atomdeck can raise it only up to the hard limit",
-                           "cluster", f"raise the hard limit (nofile {check.nofile} in limits.conf, or Slurm's "
-                                      "PropagateResourceLimits), or run in a container (--ulimit nofile)", n))
+    valid = all(x == "unlimited" or x.isdigit() for x in (soft, hard)) and soft and hard
+    raised = wrapper_nofile(soft, hard) if check.nofile and valid else None
+    if raised is not None and raised < check.nofile:
+        if hard != "unlimited" and int(hard) < check.nofile:
+            out.append(Finding("preflight-nofile", "error",
+                               f"the open-files limit on {n} is {soft} (at most {hard}); Mooncake needs "
+                               f"{check.nofile} and atomdeck can raise it only up to the hard limit",
+                               "cluster", f"raise the hard limit (nofile {check.nofile} in limits.conf, or Slurm's "
+                                          "PropagateResourceLimits), or run in a container (--ulimit nofile)", n))
+        else:
+            out.append(Finding("preflight-nofile", "error",
+                               f"the open-files limit on {n} is {soft}; atomdeck's wrapper raises it to {raised}, "
+                               f"but the cluster's nofile asks for {check.nofile}",
+                               "nofile", f"raise the soft limit on the nodes to {check.nofile}, or lower nofile", n))
     if check.rdma and r.get("ib_dev") == "no":
         out.append(Finding("preflight-rdma", "error",
                            f"the KV transfer is RDMA but {n} has no /dev/infiniband",
                            "mooncake.protocol", "set mooncake.protocol: tcp, or pick nodes with RDMA devices", n))
+    return out
+
+
+@dataclass
+class ImageCheck:
+    """IMAGE_SCRIPT in the engine's image, once per image (and the flags that shape it), on one chosen node."""
+
+    image: str
+    node: str  # where `docker run` runs it: the first node with a worker of this image
+    ulimits: list[str]  # the engine's `--ulimit nofile=...` values (docker_wrap's, then container.extra_args')
+    mooncake_dirs: list[str]
+    nofile: int  # what the engine needs inside
+    result: dict[str, str] = field(default_factory=dict)
+    cached: bool = False
+
+    @property
+    def key(self) -> str:
+        return json.dumps([self.image, self.ulimits, self.mooncake_dirs])
+
+    def command(self) -> list[str]:
+        flags = [x for u in self.ulimits for x in ("--ulimit", u)]
+        return ["docker", "run", "--rm", "--entrypoint", "", *flags, self.image,
+                "sh", "-c", IMAGE_SCRIPT, "atomdeck-preflight", " ".join(self.mooncake_dirs)]
+
+
+def image_checks_for(plan: Plan, processes: list[ProcessSpec]) -> list[ImageCheck]:
+    """What to check inside the image (containers only): one check per distinct image, nofile flags and
+    Mooncake directories of the workers' `docker run` (ImageCheck.key)."""
+    if plan.cluster.container.runtime != "docker" or not plan.recipe.image:
+        return []
+    out: dict[str, ImageCheck] = {}
+    for p in processes:
+        if p.role == "router" or not p.inner or p.inner[0] != "docker":
+            continue
+        ulimits = [v for k, v in zip(p.inner, p.inner[1:]) if k == "--ulimit" and v.startswith("nofile=")]
+        dirs = sorted({d for d in p.env.get("LD_LIBRARY_PATH", "").split(":") if "mooncake" in d.lower()})
+        ch = ImageCheck(plan.recipe.image, p.node, ulimits, dirs, nofile_needed(plan))
+        out.setdefault(ch.key, ch)
+    return list(out.values())
+
+
+def image_check_findings(ch: ImageCheck) -> list[Finding]:
+    r, n, img = ch.result, ch.node, ch.image
+    if r.get("preflight") != "done":
+        return [Finding("preflight-image", "error", f"`docker run` of image {img} did not run the pre-flight "
+                        f"check on {n}: {r.get('error', 'no output')}", "image",
+                        "check that the image exists and that docker can run it on the node", n)]
+    out = []
+    for d in r.get("mooncake_missing", "").split():
+        out.append(Finding("preflight-mooncake", "error",
+                           f"LD_LIBRARY_PATH names {d} for Mooncake, but image {img} has no such directory",
+                           "env.LD_LIBRARY_PATH", "point it at <site-packages>/mooncake of the image's Python", n))
+    soft = r.get("nofile", "").partition(" ")[0]
+    if soft.isdigit() and int(soft) < ch.nofile:
+        given = " ".join(f"--ulimit {u}" for u in ch.ulimits) or "no --ulimit nofile"
+        out.append(Finding("preflight-nofile", "error",
+                           f"the open-files limit inside image {img} is {soft} on {n} (docker run {given}); "
+                           f"Mooncake needs {ch.nofile}",
+                           "container.extra_args", f"pass --ulimit nofile={ch.nofile}:{ch.nofile} to docker", n))
     return out
 
 
@@ -274,17 +368,34 @@ async def run_checks(plan: Plan, processes: list[ProcessSpec],
     """Run the script on every node in parallel (run_on(node, argv) runs it there: an srun step, an SSH
     command). Raises PreflightError with every finding; returns facts: each node's RDMA NIC type
     ("nic") and the address its peers must use, learned from the node itself ("node_ips")."""
-    checks = checks_for(plan, processes)
+    from .engine_flags import cache_load, cache_save
 
-    async def one(ch: NodeCheck) -> None:
-        res = await run_on(ch.node, command(ch))
+    checks = checks_for(plan, processes)
+    images = image_checks_for(plan, processes)
+    cache = cache_load("image-checks") if images else {}
+
+    async def one(ch: NodeCheck | ImageCheck) -> None:
+        if isinstance(ch, ImageCheck) and isinstance(cache.get(ch.key), dict):
+            ch.result, ch.cached = cache[ch.key], True
+            return
+        res = await run_on(ch.node, command(ch) if isinstance(ch, NodeCheck) else ch.command())
         ch.result = parse(res.stdout)
         if not res.ok and "preflight" not in ch.result:
-            ch.result["error"] = (res.stderr or res.stdout).strip()[-300:]
+            ch.result["error"] = f"exit {res.rc}: " + ((res.stderr or res.stdout).strip()[-300:] or "no output")
 
-    await asyncio.gather(*(one(ch) for ch in checks))
+    todo: list[NodeCheck | ImageCheck] = [*checks, *images]
+    await asyncio.gather(*(one(ch) for ch in todo))
     findings = [f for ch in checks for f in findings_from(ch, plan.recipe.model.path)]
+    image_errors = {ch.key: image_check_findings(ch) for ch in images}
+    passed = {ch.key: ch.result for ch in images if not ch.cached and not image_errors[ch.key]}
+    if passed:
+        cache_save(passed, "image-checks")  # only what passed: a fixed image is checked again
+    findings += [f for fs in image_errors.values() for f in fs]
     ips, ip_errors = ip_findings(checks, plan.cluster.node_ip)
     if findings or ip_errors:
         raise PreflightError(findings + ip_errors)
-    return {"nic": {ch.node: ch.result.get("nic", "none") for ch in checks}, "node_ips": ips}
+    facts: dict[str, dict[str, str]] = {"nic": {ch.node: ch.result.get("nic", "none") for ch in checks},
+                                        "node_ips": ips}
+    if images:
+        facts["image_checks"] = {ch.image: "cached" if ch.cached else f"checked on {ch.node}" for ch in images}
+    return facts

@@ -67,7 +67,9 @@ def test_reattach_from_another_instance_sees_the_state_and_tears_down(runs):
     assert Run.open(run.id).state.status == "stopped"
 
 
-def test_crash_while_loading_is_reported_within_a_second_with_exit_code_and_last_lines(runs):
+def test_crash_while_loading_is_reported_at_its_exit_with_exit_code_and_last_lines(runs):
+    """Noticed through the exit itself (its code from the exit file), not at a timeout; how soon is measured
+    in bench/detect.py (process death -> reported)."""
     ws = workspace(decode__env={"ATOMSIM_CRASH_AT": "cudagraph:3", "ATOMSIM_SLOW_LOAD": "0.5"})
     run, state = launch_and_watch(ws, runs)
     assert state.status == "failed"
@@ -75,9 +77,6 @@ def test_crash_while_loading_is_reported_within_a_second_with_exit_code_and_last
     assert d.stage == "failed" and d.exit_code == 3 and d.alive is False
     assert "exited 3" in state.diagnosis and "decode-0 on demo-n02" in state.diagnosis
     assert any("cudagraph" in line or "Error" in line for line in d.last_lines), list(d.last_lines)
-    exit_file = Path(run.handles["decode-0"].exit_path)
-    lag = d.since - exit_file.stat().st_mtime
-    assert lag < 1.0, f"crash noticed {lag:.2f}s after the exit"
 
 
 def test_decode_that_never_binds_names_the_missing_cell(runs):
@@ -187,21 +186,50 @@ def test_a_watching_session_records_a_teardown_done_elsewhere_as_stopped(runs):
 def test_an_open_port_is_rechecked_by_connect_only_not_by_http_every_time(runs):
     """Open cells are re-probed every second to see them close; the barrier asks /health once, when a cell
     opens. Once serving, the health watcher (issue 14) asks /health at most once a second: every later
-    GET /health is one of its checks."""
+    GET /health is one of its checks.
+
+    One watch runs throughout (a watch that ends cancels the barrier's checks, and the next one re-checks
+    what it had not seen open yet). d = GET /health lines in the prefill's log minus the watcher's checks:
+    a check in flight (counted, not yet answered) lowers d by one for a moment; any other GET raises it for
+    good. So the highest d of each second of the window must be the same."""
     ws = workspace()
 
     def health_gets(run) -> int:
         log = Path(run.handles["prefill-0"].log_path).read_text()
         return sum('"GET /health' in ln for ln in log.splitlines())
 
+    async def until(pred, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while not pred():
+            assert time.monotonic() < deadline, "condition not reached"
+            await asyncio.sleep(0.02)
+
     async def go():
         run = await Run.launch(ws, ws.assess())
         runs.append(run)
-        s = await run.watch(until=lambda s: s.status in ("serving", "failed"), timeout=30)
-        assert s.status == "serving"
-        before = health_gets(run)  # atomdeck's one check, and AToMesh's own start-up probe
-        await run.watch(timeout=3.5)  # ~3 re-probes of every open cell
-        return before, health_gets(run), run.watchers.health.requests.get("prefill-0", 0)
+        watching = asyncio.create_task(run.watch())
+        try:
+            await until(lambda: run.state.status in ("serving", "failed"), 30)
+            assert run.state.status == "serving", run.state.diagnosis
+            # the barrier's one-time checks are over: every HTTP cell was seen open, its /health check done
+            await until(lambda: all(c.state == "open" for c in run.state.cells.values() if c.kind == "http")
+                        and not run.watchers.barrier.background, 30)
+            health = run.watchers.health
+            samples = []  # (watcher checks so far, d)
+            for second in range(4):
+                t1 = time.monotonic() + 1.0
+                while time.monotonic() < t1:
+                    checks = health.requests.get("prefill-0", 0)
+                    samples.append((second, checks, health_gets(run) - checks))
+                    await asyncio.sleep(0.02)
+            return samples
+        finally:
+            watching.cancel()
+            await asyncio.gather(watching, return_exceptions=True)
 
-    before, after, checks = asyncio.run(go())
-    assert before <= 2 and after - before == checks and checks <= 4
+    samples = asyncio.run(go())
+    top = [max(d for sec, _, d in samples if sec == i) for i in range(4)]
+    assert top[0] <= 2  # before the window: atomdeck's one check and AToMesh's own start-up probe
+    assert top == [top[0]] * 4, samples  # no GET /health but the watcher's
+    first, last = samples[0][1], samples[-1][1]
+    assert 2 <= last - first <= 5  # the watcher did check, at most once a second (4 s: at most 5 starts)

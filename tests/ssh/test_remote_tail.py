@@ -139,11 +139,12 @@ async def test_ssh_tail_huge_and_binary_lines(sshd, target, tmp_path):
 
 async def test_ssh_tail_refuses_an_untrusted_host_at_once(sshd, target, known_hosts):
     r = SshRunner(target(sshd, known_hosts=known_hosts(name="nothing_trusted")))
-    t0 = time.monotonic()
+    states = []
+    r.watch(states.append)
     with pytest.raises(HostKeyUnknown):
         async for _ in tail(r, "/dev/null"):
             pass
-    assert time.monotonic() - t0 < 4
+    assert not [s for s in states if s.state == "reconnecting"]  # at once: refused, never retried
 
 
 async def test_ssh_tail_resumes_after_drops_with_every_line_once(sshd, target, tmp_path):
@@ -216,7 +217,7 @@ def _append(path: Path, data: bytes) -> None:
 
 
 async def _no_remote_tail_left(path: str) -> None:
-    deadline = time.monotonic() + 3
+    deadline = time.monotonic() + 30  # a guard for a condition, not a timing
     while [p for p in processes_matching(path) if Path(f"/proc/{p}/comm").read_text().strip() == "tail"]:
         assert time.monotonic() < deadline, "a remote `tail -F` outlived its channel"
         await asyncio.sleep(0.05)

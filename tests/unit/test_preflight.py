@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import subprocess
 
+import pytest
+from atomdeck.core.config.errors import PreflightError
 from atomdeck.core.remote.preflight import SCRIPT, NodeCheck, findings_from, model_host_path, parse
 
-from .helpers import lab_assess
+from .helpers import LAB, lab_assess
 
 
 def test_script_runs_here_and_reports_busy_ports(tmp_path):
@@ -107,3 +109,71 @@ def test_the_supervisor_raises_the_open_files_limit_for_mooncake(tmp_path):
     p = subprocess.run(["sh", "-c", SUPERVISOR, "atomdeck:t:x", str(tmp_path / "exit"), sys.executable, "-c", code],
                        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (1024, hard)), timeout=30)
     assert p.returncode == 0 and out.read_text() == str(want) != "1024"
+
+
+def test_the_wrapper_model_of_the_open_files_limit():
+    from atomdeck.core.remote.preflight import wrapper_nofile
+
+    assert wrapper_nofile("1024", "20000") == 20000  # 65536 refused: up to the hard limit
+    assert wrapper_nofile("1024", "1048576") == 65536 and wrapper_nofile("1024", "unlimited") == 65536
+    assert wrapper_nofile("200000", "1048576") == 200000 and wrapper_nofile("unlimited", "unlimited") is None
+    ch = NodeCheck("g01", [], nofile=100000)
+    ch.result = {"nofile": "1024 1048576"}
+    (f,) = __import__("atomdeck.core.remote.preflight", fromlist=["x"]).image_findings(ch)
+    assert (f.key, f.message) == ("nofile", "the open-files limit on g01 is 1024; atomdeck's wrapper raises it to "
+                                            "65536, but the cluster's nofile asks for 100000")
+
+
+def _docker_shim_env(tmp_path, monkeypatch):
+    from atomdeck.sim import SHIM_DIR
+
+    monkeypatch.setenv("PATH", f"{SHIM_DIR / 'docker'}:{__import__('os').environ['PATH']}")
+    monkeypatch.setenv("ATOMSIM_DOCKER_IMAGES", str(tmp_path / "images"))
+    root = tmp_path / "images" / "rocm_atom_v1" / "rootfs"
+    (root / "opt" / "venv" / "mooncake").mkdir(parents=True)
+
+
+def test_inside_the_image_runs_once_per_image_through_docker(tmp_path, monkeypatch):
+    """Issue 17.10: with a container, the Mooncake directory and the open-files limit are checked in the image
+    (the simulator's docker shim: only the image's files are visible) with the engine's own --ulimit flags."""
+    import asyncio
+
+    from atomdeck.core.remote.preflight import image_check_findings, image_checks_for, run_checks
+    from atomdeck.core.remote.shell import Result
+
+    _docker_shim_env(tmp_path, monkeypatch)
+    on_host = tmp_path / "host" / "mooncake"
+    on_host.mkdir(parents=True)
+    cluster = LAB + "container: {runtime: docker, extra_args: [--ulimit, 'nofile=8192:8192']}\nnofile: 8192\n"
+    env = f"env: {{LD_LIBRARY_PATH: '/opt/venv/mooncake:{on_host}'}}\nmooncake: {{protocol: tcp}}\n"
+    a = lab_assess("image: rocm/atom:v1\n" + env, cluster=cluster)
+    (ch,) = image_checks_for(a.plan, a.processes)  # prefill and decode share one image and one set of flags
+    assert ch.ulimits == ["nofile=1048576:1048576", "nofile=8192:8192"] and ch.nofile == 8192
+    calls = []
+
+    async def here(node, argv):  # the node is this machine: run the command for real
+        calls.append(argv)
+        p = await asyncio.create_subprocess_exec(*argv, stdout=asyncio.subprocess.PIPE,
+                                                 stderr=asyncio.subprocess.PIPE)
+        out, err = await p.communicate()
+        return Result(argv, p.returncode, out.decode(), err.decode())
+
+    with pytest.raises(PreflightError) as e:
+        asyncio.run(run_checks(a.plan, a.processes, here))
+    got = {(f.rule, f.message) for f in e.value.findings if f.rule in ("preflight-mooncake", "preflight-nofile")}
+    assert got == {("preflight-mooncake", f"LD_LIBRARY_PATH names {on_host} for Mooncake, but image rocm/atom:v1 "
+                                          "has no such directory")}
+    assert sum(c[:2] == ["docker", "run"] for c in calls) == 1
+    ch.result = parse(subprocess.run(ch.command(), capture_output=True, text=True, timeout=60).stdout)
+    assert ch.result["nofile"] == "8192 8192" and ch.result["mooncake_missing"] == str(on_host)
+    ok = lab_assess("image: rocm/atom:v1\nenv: {LD_LIBRARY_PATH: /opt/venv/mooncake}\nmooncake: {protocol: tcp}\n",
+                    cluster=cluster)
+    (good,) = image_checks_for(ok.plan, ok.processes)
+    good.result = parse(subprocess.run(good.command(), capture_output=True, text=True, timeout=60).stdout)
+    assert image_check_findings(good) == []
+    needy = lab_assess("image: rocm/atom:v1\nmooncake: {protocol: tcp}\n", cluster=cluster.replace("8192\n", "9000\n"))
+    (low,) = image_checks_for(needy.plan, needy.processes)
+    low.result = parse(subprocess.run(low.command(), capture_output=True, text=True, timeout=60).stdout)
+    assert [f.message for f in image_check_findings(low)] == [
+        "the open-files limit inside image rocm/atom:v1 is 8192 on mia1-p01-g01 (docker run --ulimit "
+        "nofile=1048576:1048576 --ulimit nofile=8192:8192); Mooncake needs 9000"]
