@@ -159,6 +159,33 @@ def test_cli_up_wait_status_logs_down():
     assert "stopped" in _atomdeck("runs").stdout
 
 
+def test_up_without_wait_then_status_and_runs_say_serving_once_it_serves():
+    """Nobody watches a run started without --wait: `status` does the router's checks itself once the
+    router's port is open, and writes what it found, so `runs` says serving too (it stayed `starting`)."""
+    import json
+
+    up = _atomdeck("up", "demo-1p1d")
+    assert up.returncode == 0, up.stderr
+    run_id = up.stdout.strip().splitlines()[-1]
+    try:
+        deadline = time.monotonic() + 90  # a wait for a condition (the simulator loading), not a timing
+        seen = []
+        while time.monotonic() < deadline:
+            st = _atomdeck("status", run_id, "--json")
+            data = json.loads(st.stdout)
+            seen.append(data["status"])
+            if data["status"] not in ("launching", "starting"):
+                break
+            time.sleep(1)
+        assert data["status"] == "serving", seen
+        assert data["readiness"] == "1/1P 1/1D router serving"
+        assert Run.open(run_id).state.status == "serving"  # written: a later reader sees it without a pass
+        listing = [ln for ln in _atomdeck("runs").stdout.splitlines() if run_id in ln]
+        assert listing and "serving" in listing[0], listing
+    finally:
+        assert _atomdeck("down", run_id).returncode == 0
+
+
 def test_a_watching_session_records_a_teardown_done_elsewhere_as_stopped(runs):
     """A console watching while `atomdeck down` runs in another process must not call it a crash."""
     ws = workspace()

@@ -106,11 +106,30 @@ class Watchers:
             run.save_offsets()
         return run.state
 
+    async def finish_start(self, live: float) -> None:
+        """A run nobody watched since its launch (`atomdeck up` without `--wait`) is still `starting` in
+        run.json: once its router's port is open, run the router's checks and the smoke request (at most
+        `live` seconds), so `status` and `runs` say `serving` when it serves. A check cut short by the bound
+        writes nothing: the next pass tries again."""
+        run = self.run
+        router = run.state.procs.get("router")
+        if router is None or router.alive is False:
+            return
+        if not any(c.kind == "router" and c.state == "open" for c in run.state.cells.values()):
+            return
+        run.emit_stage("router", "http_up")  # as the barrier says when it sees the router's port open
+        try:
+            await asyncio.wait_for(self.router.run_checks(), live)
+        except TimeoutError:
+            pass
+
     async def refresh(self, live: float = 6.0) -> RunState:
         """One pass of every watcher (for `atomdeck status`): liveness, new log lines, ports, then a
         bounded live pass of the health checks and two metric scrapes (at most `live` seconds)."""
         await self.logs.refresh()
         await self.barrier.probe_once()
+        if self.run.state.status == "starting" and not self.run.stopping:
+            await self.finish_start(live)
         if self.run.state.status in LIVE:
             try:
                 await asyncio.wait_for(asyncio.gather(self.health.check_once(), self.metrics.scrape_once()), live)
