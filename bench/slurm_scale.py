@@ -69,6 +69,13 @@ def _cpu_ticks(pid: int) -> int | None:
         return None
 
 
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return "?"
+
+
 def _kb(pid: int, path: str, key: str) -> int:
     try:
         for line in Path(f"/proc/{pid}/{path}").read_text().splitlines():
@@ -88,7 +95,13 @@ async def client_cost(run_id: str, cluster: str, held: int) -> dict:
     await asyncio.sleep(WINDOW_S)
     after = {p: _cpu_ticks(p) for p in pids}
     cpu = sum(after[p] - before[p] for p in pids if before[p] is not None and after[p] is not None) / TICK
-    return {"client_processes": len(pids), "held": held,
+    srun = [p for p in pids if _comm(p) == "srun"]
+    by_comm: dict[str, int] = {}
+    for p in pids:
+        by_comm[_comm(p)] = by_comm.get(_comm(p), 0) + 1
+    return {"client_processes": len(pids), "held": held, "by_command": by_comm,
+            "srun_processes": len(srun), "srun_rss_mb": round(sum(_kb(p, "status", "VmRSS:") for p in srun) / 1024, 1),
+            "srun_pss_mb": round(sum(_kb(p, "smaps_rollup", "Pss:") for p in srun) / 1024, 1),
             "rss_mb": round(rss / 1024, 1), "pss_mb": round(pss / 1024, 1),
             "rss_mb_per_held": round(rss / 1024 / max(1, held), 2),
             "pss_mb_per_held": round(pss / 1024 / max(1, held), 2),
@@ -206,12 +219,22 @@ def rows(r: dict) -> list[str]:
                    f"{'yes' if lay.get('serving_s') else '**no**'} |")
         was = r.get("before", {}).get(cluster, {}).get("layout_8_per_node", {}).get("launching_host")
         before = (f"; before (one step per process): RSS {was['rss_mb_per_held']} MB, PSS {was['pss_mb_per_held']} "
-                  f"MB, CPU {was['cpu_pct_per_held']} % ({was['client_processes']} client processes)" if was else "")
-        out.append(f"| Slurm ({cluster}): launching host per held process (srun clients) | RSS "
-                   f"{cost.get('rss_mb_per_held')} MB, PSS {cost.get('pss_mb_per_held')} MB, CPU "
-                   f"{cost.get('cpu_pct_per_held')} % of a core ({cost.get('client_processes')} client processes for "
-                   f"{cost.get('held')}){before} | <= 5 MB, ~0 CPU | "
-                   f"{'yes' if (cost.get('rss_mb_per_held') or 99) <= 5 else '**no**'} |")
+                  f"MB, CPU {was['cpu_pct_per_held']} % per held process ({was['client_processes']} processes)"
+                  if was else "")
+        held = max(1, cost.get("held") or 1)
+        if "srun_processes" in cost:  # the srun clients apart from the rest (log tails through a login host)
+            per = round(cost["srun_rss_mb"] / held, 2)
+            what = (f"srun clients: {cost['srun_processes']} processes, RSS {per} MB, PSS "
+                    f"{round(cost['srun_pss_mb'] / held, 2)} MB per held process; every process of the run there "
+                    f"at that moment ({cost['client_processes']}, with log tails and short commands): RSS "
+                    f"{cost.get('rss_mb_per_held')} MB per held; CPU {cost.get('cpu_pct_per_held')} % of a core per held")
+        else:
+            per = cost.get("rss_mb_per_held") or 99
+            what = (f"RSS {cost.get('rss_mb_per_held')} MB, PSS {cost.get('pss_mb_per_held')} MB, CPU "
+                    f"{cost.get('cpu_pct_per_held')} % of a core ({cost.get('client_processes')} client processes for "
+                    f"{cost.get('held')})")
+        out.append(f"| Slurm ({cluster}): launching host per held process | {what}{before} | <= 5 MB, ~0 CPU | "
+                   f"{'yes' if per <= 5 else '**no**'} |")
         out.append(f"| Slurm ({cluster}): teardown of those {lay['processes']} to verified clean | "
                    f"{ms(lay.get('teardown_s'))} ({'clean' if lay.get('teardown_clean') else '**not clean**'}) | "
                    f"<= grace ({r['grace_s']:g} s) + 2 s | "
