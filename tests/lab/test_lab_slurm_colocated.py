@@ -35,20 +35,24 @@ def test_colocated_workers_each_keep_their_log_and_exit_code_and_a_killed_one_is
         a = ws.assess()
         assert a.ok, a.findings
         run = await Run.launch(ws, a)
-        state = await run.watch(until=lambda s: s.status in ("serving", "failed"), timeout=120)
-        assert state.status == "serving", state.diagnosis
-        job = str(run.rd.meta()["job_id"])
-        steps = await run.launcher.runner.run(["squeue", "-h", "-s", "-j", job, "-o", "%i|%j"], timeout=30)
-        kill_worker_python(lab, run.plan.endpoint(victim).node, run.id, victim)
-        state = await run.watch(until=lambda s: s.procs[victim].alive is False, timeout=30)
-        await run.close()
-        return run, state, steps
+        try:  # whatever happens, the run is returned so that it is torn down
+            state = await run.watch(until=lambda s: s.status in ("serving", "failed"), timeout=120)
+            serving = state.status == "serving"
+            job = str(run.rd.meta()["job_id"])
+            steps = await run.launcher.runner.run(["squeue", "-h", "-s", "-j", job, "-o", "%i|%j"], timeout=30)
+            if serving:
+                kill_worker_python(lab, run.plan.endpoint(victim).node, run.id, victim)
+                state = await run.watch(until=lambda s: s.procs[victim].alive is False, timeout=60)
+        finally:
+            await run.close()
+        return run, state, steps, serving
 
-    run, state, steps = asyncio.run(go())
+    run, state, steps, serving = asyncio.run(go())
     job = str(run.rd.meta()["job_id"])
     handles = run.handles
     nodes = sorted(run.plan.selection.all())
     try:
+        assert serving, state.diagnosis
         assert len(nodes) == 4 and len(handles) == 9
         # one step per node holds that node's processes (the launching host keeps 4 srun clients, not 9)
         node_steps = {line.split("|")[1].removeprefix(AGENT).split(".")[0]: line.split("|")[0]
