@@ -21,7 +21,7 @@ import tempfile
 
 from common import BENCH, load, save
 
-SECTIONS = ["detect", "sim", "scale", "teardown", "fanout", "console"]
+SECTIONS = ["detect", "sim", "scale", "teardown", "fanout", "console", "slurm-scale"]
 EXTRA = ["console-scale", "soak"]  # long or heavy: run when named
 
 
@@ -66,6 +66,13 @@ def run(section: str, minutes: float = 30.0) -> None:
         import soak
 
         save("soak", soak.main(minutes))
+    elif section == "slurm-scale":
+        if not lab_up():
+            print("slurm-scale: the lab is not up (tests/cluster/up.sh as root); skipped", file=sys.stderr)
+            return
+        import slurm_scale
+
+        save("slurm-scale", slurm_scale.main())
 
 
 def fmt(v, unit: str = "s") -> str:
@@ -133,6 +140,10 @@ def table(r: dict) -> str:
     for name in ("console", "console-scale", "soak"):
         for line in (r.get(name) or {}).get("table", []):
             out.append(line)
+    if r.get("slurm-scale"):
+        import slurm_scale
+
+        out += slurm_scale.rows(r["slurm-scale"])
     return "\n".join(out)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from atomdeck.core.launch.slurm import AGENT
 from atomdeck.core.run.run import Run
 
 from tests.leftovers import open_ports
@@ -30,7 +31,7 @@ def test_many_processes_through_the_login_host_serve_and_tear_down(lab, prefill,
             state = await run.watch(until=lambda s: all(p.last_lines for p in s.procs.values()), timeout=30)
         # with every log followed, Slurm commands still get through the login host
         steps = await asyncio.wait_for(run.launcher.runner.run(
-            ["squeue", "-h", "-s", "-j", str(run.rd.meta()["job_id"])], timeout=30), 30)
+            ["squeue", "-h", "-s", "-j", str(run.rd.meta()["job_id"]), "-o", "%j"], timeout=30), 30)
         await run.close()
         return run, state, steps
 
@@ -39,7 +40,9 @@ def test_many_processes_through_the_login_host_serve_and_tear_down(lab, prefill,
     try:
         assert state.status == "serving", state.diagnosis
         assert state.readiness() == f"{prefill}/{prefill}P {decode}/{decode}D router serving"
-        assert steps.ok and len(steps.stdout.splitlines()) >= prefill + decode + 1
+        # one step per node holds that node's processes (issue 19: one srun client per node, not per process)
+        node_steps = [line for line in steps.stdout.splitlines() if line.startswith(AGENT)]
+        assert steps.ok and len(node_steps) == len(run.plan.selection.all()), steps.stdout
         assert [p.name for p in state.procs.values() if not p.last_lines] == []  # every log was read
     finally:
         report = teardown(run.id)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -24,9 +25,10 @@ SCRIPTS = sorted((ROOT / "core" / "launch" / "scripts").glob("*.sh"))
 def test_the_scripts_are_package_data_and_each_is_used():
     data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
     assert "scripts/*.sh" in data["atomdeck.core.launch"]
-    assert {p.stem for p in SCRIPTS} == {"supervisor", "wait", "stop", "sweep", "poll", "slurm-sweep", "already"}
+    assert {p.stem for p in SCRIPTS} == {"supervisor", "wait", "stop", "sweep", "poll", "slurm-sweep", "already",
+                                         "slurm-node", "slurm-stop", "slurm-start"}
     loaded = {base.SUPERVISOR, ssh.WAIT_SCRIPT, ssh.STOP_SCRIPT, ssh.SWEEP_SCRIPT, ssh.POLL_SCRIPT, slurm.SWEEP_SCRIPT,
-              ssh.ALREADY_SCRIPT}
+              ssh.ALREADY_SCRIPT, slurm.NODE_SCRIPT, slurm.STOP_SCRIPT, slurm.START_SCRIPT}
     assert loaded == {script(p.stem) for p in SCRIPTS}
 
 
@@ -107,3 +109,40 @@ def _env_has(pid: int, entry: str) -> bool:
             return entry.encode() in f.read().split(b"\0")
     except OSError:
         return False
+
+
+def test_the_slurm_node_script_starts_each_process_under_its_own_supervisor_and_reports_each_end(tmp_path):
+    """What one `srun` step per node runs (issue 19): every process in its own process group with its own log and
+    exit file; "started"/"ended" lines for the launcher; the stop script stops one group and leaves the other."""
+    run = f"t{uuid.uuid4().hex[:10]}"
+    listing = tmp_path / "node.list"
+    lines = [["start", n, base.marker(run, n), str(tmp_path / f"{n}.log"), str(tmp_path / f"{n}.exit"), *argv]
+             for n, argv in (("a", ["sh", "-c", "echo hi from a; sleep 60"]), ("b", ["sh", "-c", "echo b; exit 3"]))]
+    listing.write_text("".join(shlex.join(line) + "\n" for line in lines))
+    agent = subprocess.Popen(["sh", "-c", slurm.NODE_SCRIPT, "node", run, base.SUPERVISOR, str(listing)],
+                             stdout=subprocess.PIPE, text=True, env={**os.environ, "ATOMDECK_RUN": f"{run}:@n"})
+    pids: dict[str, int] = {}
+    try:
+        out = ""
+        while "ended b" not in out or len(pids) < 2:
+            line = agent.stdout.readline()
+            assert line, out
+            out += line
+            pids = slurm.started_pids(out)
+        assert slurm.ended_codes(out) == {"b": 3} and (tmp_path / "b.exit").read_text() == "3\n"
+        assert os.getpgid(pids["a"]) == pids["a"] and os.getsid(pids["a"]) == pids["a"]  # a group of its own
+        assert _env_has(pids["a"], f"ATOMDECK_RUN={run}:a")
+        stop = subprocess.run(["sh", "-c", slurm.STOP_SCRIPT, "stop", "5", f"{pids['a']}:{run}:a",
+                               f"{pids['b']}:{run}:b"], capture_output=True, text=True, timeout=30)
+        said = dict(line.split(" ", 1) for line in stop.stdout.splitlines())
+        assert said[str(pids["a"])].startswith("gone after SIGTERM") and said[str(pids["b"])] == "gone already"
+        rest = agent.stdout.read()
+        assert agent.wait(timeout=10) == 0  # the node step ends once its processes have
+        assert slurm.ended_codes(out + rest) == {"a": 143, "b": 3}
+        assert (tmp_path / "a.exit").read_text() == "143\n" and (tmp_path / "a.log").read_text().startswith("hi from a\n")
+    finally:
+        for pid in pids.values():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)
+        if agent.poll() is None:
+            agent.kill()
