@@ -17,6 +17,7 @@ from ..config.cluster import Cluster
 from ..config.errors import AtomdeckError
 from ..design.commands import ProcessSpec
 from ..remote.backoff import Backoff
+from ..remote.listening import ListenTable, shell_table
 from ..remote.node_shell import NodeShell, RemoteShell
 from ..remote.shell import LocalRunner, Runner
 from .base import SUPERVISOR, LauncherBase, ProcHandle, ProcStatus, StopReport, marker, remote_read_log, script
@@ -24,6 +25,7 @@ from .local import describe_exit
 
 # a node's wait channel that broke is reopened after 0.25 s, ×2, at most 5 s apart; reset once it works
 NODE_WAIT_RETRY = Backoff(first_s=0.25, factor=2.0, max_s=5.0, give_up_s=None)
+LISTEN_TABLE_S = 0.25  # the barrier reads a node's listening sockets this often (its shell) while a port is closed
 
 # the ssh launcher's remote scripts (core/launch/scripts/*.sh; each says its arguments)
 WAIT_SCRIPT = script("wait")  # one channel per node reports every process's end
@@ -65,6 +67,7 @@ class SshLauncher(LauncherBase):
         self._watchers: dict[str, asyncio.Task] = {}
         self._restart: dict[str, asyncio.Event] = {}
         self._unsub: list[Callable[[], None]] = []
+        self._tables: dict[str, ListenTable] = {}
 
     def runner(self, node: str) -> Runner:
         if node not in self._runners:
@@ -82,6 +85,12 @@ class SshLauncher(LauncherBase):
         if node not in self._shells:
             self._shells[node] = RemoteShell(self.runner(node))
         return self._shells[node]
+
+    def listen_table(self, node: str) -> ListenTable:
+        """The node's listening sockets (/proc/net/tcp*), read through its persistent shell."""
+        if node not in self._tables:
+            self._tables[node] = shell_table(self.shell(node).run, LISTEN_TABLE_S, node)
+        return self._tables[node]
 
     def _on_conn(self, node: str, st) -> None:
         for fn in list(self._conn_listeners):

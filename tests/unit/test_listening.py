@@ -1,0 +1,60 @@
+"""Reading a node's listening sockets from /proc/net/tcp and tcp6 (core/remote/listening.py)."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+
+from atomdeck.core.remote.listening import (
+    AWK_LISTENING,
+    hex_addr,
+    listens,
+    parse_addresses,
+    parse_proc_net_tcp,
+    read_local_table,
+)
+
+TCP = """\
+  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 0B15007F:1F40 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 1 1 0 100 0 0 10 0
+   1: 00000000:189D 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 2 1 0 100 0 0 10 0
+   2: 0B15007F:8A2C 0B15007F:1F40 01 00000000:00000000 00:00000000 00000000     0        0 3 1 0 20 4 30 10 -1
+"""
+TCP6 = """\
+  sl  local_address                         remote_address                        st tx_queue rx_queue
+   0: 00000000000000000000000000000000:1F90 00000000000000000000000000000000:0000 0A 00000000:00000000
+   1: 00000000000000000000000001000000:1F91 00000000000000000000000000000000:0000 0A 00000000:00000000
+   2: 0000000000000000FFFF00000C15007F:1F92 00000000000000000000000000000000:0000 0A 00000000:00000000
+"""
+
+
+def test_the_kernel_table_is_parsed_listening_sockets_only():
+    t = parse_proc_net_tcp(TCP + TCP6)
+    assert t == {("127.0.21.11", 8000), ("0.0.0.0", 6301), ("::", 8080), ("::1", 8081),
+                 ("::ffff:127.0.21.12", 8082)}  # the established connection (st 01) is not a listen
+    assert hex_addr("garbage") is None and hex_addr("0100007F:zz") is None
+
+
+def test_a_cell_matches_its_own_address_or_a_wildcard_never_a_neighbours():
+    t = parse_proc_net_tcp(TCP + TCP6)
+    assert listens(t, "127.0.21.11", 8000)
+    assert not listens(t, "127.0.21.12", 8000)  # another node of the local cluster
+    assert listens(t, "127.0.21.99", 6301) and listens(t, "10.0.0.1", 8080)  # 0.0.0.0 and :: cover IPv4
+    assert listens(t, "127.0.21.12", 8082)  # an IPv4-mapped listen
+    assert listens(t, "::1", 8081) and not listens(t, "::2", 8081)
+    assert listens(t, "node-a", 8000) and not listens(t, "node-a", 9)  # a host name: any local address
+
+
+def test_this_namespace_and_the_awk_line_agree_and_see_a_real_listen():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    try:
+        assert not listens(read_local_table(), "127.0.0.1", port)  # bound, not listening
+        s.listen()
+        here = read_local_table()
+        out = subprocess.run(AWK_LISTENING, capture_output=True, text=True)  # what a node's shell runs
+        assert listens(here, "127.0.0.1", port)
+        assert parse_addresses(out.stdout) == here
+    finally:
+        s.close()
