@@ -7,11 +7,13 @@ import subprocess
 
 from atomdeck.core.remote.listening import (
     AWK_LISTENING,
+    NODE_LISTENING,
     hex_addr,
     listens,
     parse_addresses,
     parse_proc_net_tcp,
     read_local_table,
+    read_netlink_table,
 )
 
 TCP = """\
@@ -45,16 +47,27 @@ def test_a_cell_matches_its_own_address_or_a_wildcard_never_a_neighbours():
     assert listens(t, "node-a", 8000) and not listens(t, "node-a", 9)  # a host name: any local address
 
 
-def test_this_namespace_and_the_awk_line_agree_and_see_a_real_listen():
+def test_ss_lines_are_parsed_too():
+    out = ("LISTEN 0      128    127.0.21.11:8000 0.0.0.0:*\n"
+           "LISTEN 0      4096         [::]:8080    [::]:*\n"
+           "LISTEN 0      511             *:6301       *:*\n"
+           "LISTEN 0      4096 127.0.0.53%lo:53   0.0.0.0:*\n")
+    assert parse_addresses(out) == {("127.0.21.11", 8000), ("::", 8080), ("0.0.0.0", 6301), ("::", 6301),
+                                    ("127.0.0.53", 53)}
+
+
+def test_netlink_proc_awk_and_the_node_command_agree_on_a_real_listen():
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
     try:
-        assert not listens(read_local_table(), "127.0.0.1", port)  # bound, not listening
+        assert not listens(read_netlink_table(), "127.0.0.1", port)  # bound, not listening
         s.listen()
-        here = read_local_table()
-        out = subprocess.run(AWK_LISTENING, capture_output=True, text=True)  # what a node's shell runs
+        here = read_netlink_table()
         assert listens(here, "127.0.0.1", port)
-        assert parse_addresses(out.stdout) == here
+        assert read_local_table() == here  # /proc/net/tcp*, the fallback
+        for argv in (AWK_LISTENING, NODE_LISTENING):  # what a node's shell runs (ss, or awk without ss)
+            out = subprocess.run(argv, capture_output=True, text=True)
+            assert parse_addresses(out.stdout) == here, argv
     finally:
         s.close()
