@@ -72,7 +72,7 @@ async def http_poll(host: str, port: int, every: float, found: dict, key: str) -
         await asyncio.sleep(every)
 
 
-async def trial(i: int, base: Workspace, hints: bool) -> dict:
+async def trial(i: int, base: Workspace, hints: bool, measured: asyncio.Barrier) -> dict:
     stamps = tempfile.mkdtemp(prefix="atomdeck-bench-stamps-")
     slow = random.uniform(0.5, 3.0)
     ws = Workspace(parse_recipe(_recipe(slow, stamps)), parse_cluster(_cluster(i)), base.catalog)
@@ -117,6 +117,9 @@ async def trial(i: int, base: Workspace, hints: bool) -> dict:
     t_kill = kill["t"]
     ep0 = eps[0]
     closed_at = await _poll_closed(ep0.host, ep0.http_port, 5.0, t_kill)
+    # the trials share this process's event loop, as 6 consoles never would: tear down only once every
+    # trial has measured (a teardown scans /proc and would stall the others' detection)
+    await measured.wait()
     await run.teardown(grace=3)
     out = {"atomdeck": [], "tcp5": [], "http10": [], "rates": kill["rates"], "tables": kill["tables"],
            "death_atomdeck": died.get("t", float("nan")) - t_kill, "death_tcp5": closed_at - t_kill}
@@ -152,7 +155,8 @@ async def main(trials: int = 6) -> dict:
     load_before = list(os.getloadavg())  # a shared machine: the numbers mean little under a high load
     results = {"hints": [], "probe_only": []}
     for mode in ("hints", "probe_only"):
-        batch = await asyncio.gather(*(trial(i + (0 if mode == "hints" else trials), base, mode == "hints")
+        measured = asyncio.Barrier(trials)
+        batch = await asyncio.gather(*(trial(i + (0 if mode == "hints" else trials), base, mode == "hints", measured)
                                        for i in range(trials)))
         results[mode] = batch
     out = {}
