@@ -69,7 +69,9 @@ async def follow(path: str, offset: int = 0, interval: float = 0.05,
                 if sub is not None:
                     continue  # look once more: the file may have changed before the watch existed
             if sub is not None:
-                await sub.wait(next(waits))
+                # a caller that named max_interval says the file is written on this host (inotify sees
+                # every write): the safety poll need not start short after each burst
+                await sub.wait(idle.max_s if max_interval else next(waits))
             else:
                 await asyncio.sleep(next(waits))
     finally:
