@@ -181,7 +181,65 @@ async def main(trials: int = 6) -> dict:
     return out
 
 
-if __name__ == "__main__":
+def _marked(run_id: str, name: str) -> list[int]:
+    """PIDs carrying `name`'s marker that live in another network namespace (a lab node), not here."""
+    want, me, out = f"ATOMDECK_RUN={run_id}:{name}".encode(), os.readlink("/proc/self/ns/net"), []
+    for d in os.listdir("/proc"):
+        try:
+            if d.isdigit() and os.readlink(f"/proc/{d}/ns/net") != me and \
+                    want in Path(f"/proc/{d}/environ").read_bytes().split(b"\0"):
+                out.append(int(d))
+        except OSError:
+            continue
+    return out
+
+
+async def lab_death(cluster: str, trials: int = 3) -> dict:
+    """Process death -> reported over ssh or srun on the lab (root, tests/cluster/up.sh): serve demo-1p1d,
+    SIGKILL the decode's processes on its node (the lab's nodes share this PID namespace), time the event."""
+    from atomdeck.core.run.inventory import fetch_inventory
+
+    os.environ["ATOMDECK_SIM_SPEED"] = "20"
+    out = []
+    for _ in range(trials):
+        ws = load_workspace("demo-1p1d", cluster)
+        ws.inventory, _ = await fetch_inventory(ws.cluster)
+        run = await Run.launch(ws, ws.assess())
+        died: dict[str, float] = {}
+        run.listeners.append(lambda e, died=died: died.setdefault("t", e.t) if e.kind == "proc.exit" and
+                             e.name == "decode-0" else None)
+        kill: dict[str, float] = {}
+
+        def until(s, run=run, kill=kill) -> bool:
+            if "t" not in kill:
+                if s.status != "serving":
+                    return s.status == "failed"
+                pids = _marked(run.id, "decode-0")
+                kill["t"] = time.time()
+                for pid in pids:
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+                return False
+            return s.procs["decode-0"].alive is False
+
+        try:
+            await run.watch(until=until, timeout=90)
+        finally:
+            await run.teardown(grace=3)
+            await run.close()
+        if "t" in kill and "t" in died:
+            out.append(died["t"] - kill["t"])
+    return summary(out)
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["lab"]:
+    os.environ.setdefault("XDG_STATE_HOME", tempfile.mkdtemp(prefix="atomdeck-bench-state-"))
+    res = {c: asyncio.run(lab_death(c)) for c in ("lab-ssh", "lab")}
+    save("detect_lab", res)
+    print(res)
+elif __name__ == "__main__":
     os.environ.setdefault("XDG_STATE_HOME", tempfile.mkdtemp(prefix="atomdeck-bench-state-"))
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 6
     res = asyncio.run(main(n))

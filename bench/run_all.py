@@ -34,6 +34,8 @@ def run(section: str, minutes: float = 30.0) -> None:
         import detect
 
         save("detect", asyncio.run(detect.main(6)))
+        if lab_up():  # process death over ssh and srun (the lab: root, tests/cluster/up.sh)
+            save("detect_lab", {c: asyncio.run(detect.lab_death(c)) for c in ("lab-ssh", "lab")})
     elif section == "sim":
         import sim
 
@@ -104,6 +106,11 @@ def table(r: dict) -> str:
                    f"per node" + (f"; listening-socket table read {tables['median']:.0f}/s (local: one read for all "
                                   f"nodes)" if tables and tables["n"] else "") + " | <= 5 connects/s per node | "
                    f"{fmt(conn <= 5)} |")
+        for c, v in (r.get("detect_lab") or {}).items():
+            if v.get("n"):
+                out.append(f"| process death -> reported over {'ssh' if c == 'lab-ssh' else 'srun'} (lab) | median "
+                           f"{fmt(v['median'])}, max {fmt(v['max'])} (n={v['n']}) | median <= 250 ms | "
+                           f"{fmt(v['median'] <= 0.25)} |")
         if "load_average" in d:
             la = d["load_average"]
             out.append(f"| machine load during detect (1-min load average, 2 cores) | {la['before'][0]:.1f} before, "
