@@ -71,3 +71,21 @@ def test_netlink_proc_awk_and_the_node_command_agree_on_a_real_listen():
             assert parse_addresses(out.stdout) == here, argv
     finally:
         s.close()
+
+
+def test_a_nodes_table_through_its_shell_is_what_the_kernel_says():
+    """What the ssh launcher's listen_table runs in the node's persistent shell (here: a local runner)."""
+    import asyncio
+
+    from atomdeck.core.remote.listening import shell_table
+    from atomdeck.core.remote.shell import LocalRunner
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen()
+    try:
+        table = shell_table(LocalRunner().run, 0.5, "here")
+        got = asyncio.run(table.read())
+        assert got == read_netlink_table() and listens(got, "127.0.0.1", s.getsockname()[1])
+    finally:
+        s.close()
