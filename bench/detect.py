@@ -1,6 +1,7 @@
 """Detection latency: from a simulated worker's port opening (or its process dying) to atomdeck's
 state change, side by side with what today's scripts do (a 5 s TCP poll, a 10 s HTTP /health poll),
-measured in the same run on the same ports. Also the probe traffic atomdeck makes."""
+measured in the same run on the same ports. Also the probe traffic atomdeck makes (connects per second
+per node) and how often it reads the nodes' tables of listening sockets instead."""
 
 from __future__ import annotations
 
@@ -71,7 +72,7 @@ async def http_poll(host: str, port: int, every: float, found: dict, key: str) -
         await asyncio.sleep(every)
 
 
-async def trial(i: int, base: Workspace, hints: bool) -> dict:
+async def trial(i: int, base: Workspace, hints: bool, measured: asyncio.Barrier) -> dict:
     stamps = tempfile.mkdtemp(prefix="atomdeck-bench-stamps-")
     slow = random.uniform(0.5, 3.0)
     ws = Workspace(parse_recipe(_recipe(slow, stamps)), parse_cluster(_cluster(i)), base.catalog)
@@ -90,21 +91,37 @@ async def trial(i: int, base: Workspace, hints: bool) -> dict:
                for e in eps]
     pollers += [asyncio.create_task(http_poll(e.host, e.http_port, 10.0, http10, f"{e.node}:{e.http_port}"))
                 for e in eps]
-    await run.watch(until=lambda s: all(f"{e.node}:{e.http_port}" in opened for e in eps), timeout=30)
-    await asyncio.wait_for(asyncio.gather(*pollers), 25)
-    rates = run.prober.rate() if run.prober else {}
-    # death: SIGKILL one worker, time until atomdeck reports it; the 5 s TCP poll sees the port close
+    # death: once every port is open, SIGKILL one worker while the same watch goes on, and time until
+    # atomdeck reports it; the 5 s TCP poll sees the port close
     victim = run.handles["worker-0"]
-    t_kill = time.time()
-    os.killpg(victim.pid, signal.SIGKILL)
     died: dict[str, float] = {}
     run.listeners.append(lambda e: died.setdefault("t", e.t) if e.kind == "proc.exit" and e.name == "worker-0"
                          else None)
-    await run.watch(until=lambda s: s.procs["worker-0"].alive is False, timeout=10)
+    kill: dict = {}
+
+    def until(s) -> bool:
+        if "t" not in kill:
+            if not all(f"{e.node}:{e.http_port}" in opened for e in eps) or not all(t.done() for t in pollers):
+                return False  # the baselines must have seen every port before one is killed
+            prober = run.prober
+            kill["rates"] = prober.rate() if prober else {}
+            dt = max(1e-6, time.monotonic() - prober.started) if prober else 1.0
+            kill["tables"] = {n: k / dt for n, k in prober.table_reads.items()} if prober else {}
+            kill["t"] = time.time()
+            os.killpg(victim.pid, signal.SIGKILL)
+            return False
+        return s.procs["worker-0"].alive is False
+
+    await run.watch(until=until, timeout=40)
+    await asyncio.gather(*pollers)
+    t_kill = kill["t"]
     ep0 = eps[0]
     closed_at = await _poll_closed(ep0.host, ep0.http_port, 5.0, t_kill)
+    # the trials share this process's event loop, as 6 consoles never would: tear down only once every
+    # trial has measured (a teardown scans /proc and would stall the others' detection)
+    await measured.wait()
     await run.teardown(grace=3)
-    out = {"atomdeck": [], "tcp5": [], "http10": [], "rates": rates,
+    out = {"atomdeck": [], "tcp5": [], "http10": [], "rates": kill["rates"], "tables": kill["tables"],
            "death_atomdeck": died.get("t", float("nan")) - t_kill, "death_tcp5": closed_at - t_kill}
     for e in eps:
         key = f"{e.node}:{e.http_port}"
@@ -135,9 +152,11 @@ async def _poll_closed(host: str, port: int, every: float, t_kill: float) -> flo
 
 async def main(trials: int = 6) -> dict:
     base = load_workspace("demo-agg", "local")
+    load_before = list(os.getloadavg())  # a shared machine: the numbers mean little under a high load
     results = {"hints": [], "probe_only": []}
     for mode in ("hints", "probe_only"):
-        batch = await asyncio.gather(*(trial(i + (0 if mode == "hints" else trials), base, mode == "hints")
+        measured = asyncio.Barrier(trials)
+        batch = await asyncio.gather(*(trial(i + (0 if mode == "hints" else trials), base, mode == "hints", measured)
                                        for i in range(trials)))
         results[mode] = batch
     out = {}
@@ -147,15 +166,80 @@ async def main(trials: int = 6) -> dict:
                      "http10": summary([x for b in batch for x in b["http10"]]),
                      "death_atomdeck": summary([b["death_atomdeck"] for b in batch]),
                      "death_tcp5": summary([b["death_tcp5"] for b in batch]),
-                     "connects_per_s_per_node": summary([r for b in batch for r in b["rates"].values()])}
-    h = out["hints"]
-    out["goal"] = {"median_le_0.25s": h["atomdeck"]["median"] <= 0.25, "p95_le_0.5s": h["atomdeck"]["p95"] <= 0.5,
+                     "connects_per_s_per_node": summary([r for b in batch for r in b["rates"].values()]),
+                     "table_reads_per_s": summary([r for b in batch for r in b["tables"].values()])}
+    out["death_all"] = summary([b["death_atomdeck"] for batch in results.values() for b in batch])
+    h, p = out["hints"], out["probe_only"]
+    out["goal"] = {"median_le_0.025s": h["atomdeck"]["median"] <= 0.025, "p95_le_0.06s": h["atomdeck"]["p95"] <= 0.06,
+                   "probe_only_median_le_0.2s": p["atomdeck"]["median"] <= 0.2,
+                   "connects_le_5_per_s_per_node": max(h["connects_per_s_per_node"]["max"],
+                                                       p["connects_per_s_per_node"]["max"]) <= 5,
+                   "death_median_le_0.025s": out["death_all"]["median"] <= 0.025,
                    "10x_faster_than_baselines": h["tcp5"]["median"] / h["atomdeck"]["median"] >= 10 and
                    h["http10"]["median"] / h["atomdeck"]["median"] >= 10}
+    out["load_average"] = {"before": load_before, "after": list(os.getloadavg())}
     return out
 
 
-if __name__ == "__main__":
+def _marked(run_id: str, name: str) -> list[int]:
+    """PIDs carrying `name`'s marker that live in another network namespace (a lab node), not here."""
+    want, me, out = f"ATOMDECK_RUN={run_id}:{name}".encode(), os.readlink("/proc/self/ns/net"), []
+    for d in os.listdir("/proc"):
+        try:
+            if d.isdigit() and os.readlink(f"/proc/{d}/ns/net") != me and \
+                    want in Path(f"/proc/{d}/environ").read_bytes().split(b"\0"):
+                out.append(int(d))
+        except OSError:
+            continue
+    return out
+
+
+async def lab_death(cluster: str, trials: int = 3) -> dict:
+    """Process death -> reported over ssh or srun on the lab (root, tests/cluster/up.sh): serve demo-1p1d,
+    SIGKILL the decode's processes on its node (the lab's nodes share this PID namespace), time the event."""
+    from atomdeck.core.run.inventory import fetch_inventory
+
+    os.environ["ATOMDECK_SIM_SPEED"] = "20"
+    out = []
+    for _ in range(trials):
+        ws = load_workspace("demo-1p1d", cluster)
+        ws.inventory, _ = await fetch_inventory(ws.cluster)
+        run = await Run.launch(ws, ws.assess())
+        died: dict[str, float] = {}
+        run.listeners.append(lambda e, died=died: died.setdefault("t", e.t) if e.kind == "proc.exit" and
+                             e.name == "decode-0" else None)
+        kill: dict[str, float] = {}
+
+        def until(s, run=run, kill=kill) -> bool:
+            if "t" not in kill:
+                if s.status != "serving":
+                    return s.status == "failed"
+                pids = _marked(run.id, "decode-0")
+                kill["t"] = time.time()
+                for pid in pids:
+                    try:
+                        os.kill(pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+                return False
+            return s.procs["decode-0"].alive is False
+
+        try:
+            await run.watch(until=until, timeout=90)
+        finally:
+            await run.teardown(grace=3)
+            await run.close()
+        if "t" in kill and "t" in died:
+            out.append(died["t"] - kill["t"])
+    return summary(out)
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["lab"]:
+    os.environ.setdefault("XDG_STATE_HOME", tempfile.mkdtemp(prefix="atomdeck-bench-state-"))
+    res = {c: asyncio.run(lab_death(c)) for c in ("lab-ssh", "lab")}
+    save("detect_lab", res)
+    print(res)
+elif __name__ == "__main__":
     os.environ.setdefault("XDG_STATE_HOME", tempfile.mkdtemp(prefix="atomdeck-bench-state-"))
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 6
     res = asyncio.run(main(n))

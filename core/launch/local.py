@@ -16,6 +16,8 @@ from pathlib import Path
 
 from ..design.commands import ProcessSpec
 from ..remote.filetail import follow
+from ..remote.listening import ListenTable, local_table
+from ..remote.loglines import read_lines
 from .base import SUPERVISOR, LauncherBase, ProcHandle, ProcStatus, StopReport, marker
 
 
@@ -82,6 +84,9 @@ def describe_exit(code: int | None) -> str:
     return f"exited {code}"
 
 
+LISTEN_TABLE_S = 0.05  # the barrier reads this namespace's /proc/net/tcp* this often while a port is closed
+INLINE_READ_BYTES = 256 * 1024  # a log's unread end smaller than this is read on the loop, not in a thread
+TAIL_SAFETY_POLL_S = 2.0  # a local log is followed by file events; polled this often only in case one is lost
 KILL_VERIFY_S = 1.0  # after SIGKILL a process is gone at once, stopped or not: verify within this
 
 
@@ -155,6 +160,7 @@ class LocalLauncher(LauncherBase):
         # Popen, not asyncio's subprocess: closing an asyncio transport kills a running child, and these
         # processes must outlive the console.
         self._children: dict[str, subprocess.Popen] = {}
+        self._table: ListenTable | None = None
 
     async def start(self, spec: ProcessSpec) -> ProcHandle:
         logs = Path(self.run_dir) / "logs"
@@ -191,7 +197,30 @@ class LocalLauncher(LauncherBase):
         return await self.poll(handle)
 
     def tail(self, handle: ProcHandle, offset: int) -> AsyncIterator[tuple[int, str]]:
-        return follow(handle.log_path, offset)
+        # written on this machine: inotify sees every write, so the idle poll is only a safety net
+        return follow(handle.log_path, offset, max_interval=TAIL_SAFETY_POLL_S)
+
+    async def read_log(self, handle: ProcHandle, offset: int = 0, *,
+                       partial: bool = False) -> AsyncIterator[tuple[int, str]]:
+        """As LauncherBase's, but a small unread end (what a process wrote just before it died) is read
+        here at once: a thread hop is another turn of a busy event loop before the death is reported."""
+        try:
+            small = os.path.getsize(handle.log_path) - offset <= INLINE_READ_BYTES
+        except OSError:
+            small = True
+        if not small:
+            async for item in super().read_log(handle, offset, partial=partial):
+                yield item
+            return
+        for item in read_lines(handle.log_path, offset, partial=partial):
+            yield item
+
+    def listen_table(self, node: str) -> ListenTable:
+        """The listening sockets of every node: they are loopback addresses of this network namespace,
+        so one table (read at most every LISTEN_TABLE_S) serves them all."""
+        if self._table is None:
+            self._table = local_table(LISTEN_TABLE_S)
+        return self._table
 
     async def stop(self, handles: list[ProcHandle], grace: float) -> list[StopReport]:
         items = [(h, h.pid) for h in handles if h.pid]

@@ -17,6 +17,7 @@ from ..config.cluster import Cluster
 from ..config.errors import AtomdeckError
 from ..design.commands import ProcessSpec
 from ..remote.backoff import Backoff
+from ..remote.listening import ListenTable, shell_table
 from ..remote.node_shell import NodeShell, RemoteShell
 from ..remote.shell import LocalRunner, Runner
 from .base import SUPERVISOR, LauncherBase, ProcHandle, ProcStatus, StopReport, marker, remote_read_log, script
@@ -24,6 +25,8 @@ from .local import describe_exit
 
 # a node's wait channel that broke is reopened after 0.25 s, ×2, at most 5 s apart; reset once it works
 NODE_WAIT_RETRY = Backoff(first_s=0.25, factor=2.0, max_s=5.0, give_up_s=None)
+LISTEN_TABLE_S = 0.5  # the barrier reads a node's listening sockets this often (its shell) while a port is closed:
+# one exchange on the persistent shell per node and read; 128 nodes at 0.25 s would keep a console core busy
 
 # the ssh launcher's remote scripts (core/launch/scripts/*.sh; each says its arguments)
 WAIT_SCRIPT = script("wait")  # one channel per node reports every process's end
@@ -65,6 +68,7 @@ class SshLauncher(LauncherBase):
         self._watchers: dict[str, asyncio.Task] = {}
         self._restart: dict[str, asyncio.Event] = {}
         self._unsub: list[Callable[[], None]] = []
+        self._tables: dict[str, ListenTable] = {}
 
     def runner(self, node: str) -> Runner:
         if node not in self._runners:
@@ -82,6 +86,12 @@ class SshLauncher(LauncherBase):
         if node not in self._shells:
             self._shells[node] = RemoteShell(self.runner(node))
         return self._shells[node]
+
+    def listen_table(self, node: str) -> ListenTable:
+        """The node's listening sockets (/proc/net/tcp*), read through its persistent shell."""
+        if node not in self._tables:
+            self._tables[node] = shell_table(self.shell(node).run, LISTEN_TABLE_S, node)
+        return self._tables[node]
 
     def _on_conn(self, node: str, st) -> None:
         for fn in list(self._conn_listeners):
@@ -230,7 +240,7 @@ class SshLauncher(LauncherBase):
         fd = os.open(mirror, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         with open(fd, "a", encoding="utf-8") as f:
             lines = remote_tail(self.runner(handle.node), handle.log_path, offset) if follow else \
-                remote_read_log(self.runner(handle.node), handle.log_path, offset, False)
+                self._read_to_end(handle, offset)
             async for off, line in lines:
                 if off > mirrored:
                     f.write(line + "\n")
@@ -238,6 +248,22 @@ class SshLauncher(LauncherBase):
                     mirrored = off
                     mark.write_text(str(off))
                 yield off, line
+
+    async def _read_to_end(self, handle: ProcHandle, offset: int) -> AsyncIterator[tuple[int, str]]:
+        """Through the node's persistent shell (no login shell: a death is reported after this read),
+        or over a channel of its own when the shell cannot (a flood's backlog, a broken shell)."""
+        from ..remote.shell_log import shell_read_log
+
+        last = offset
+        try:
+            async for off, line in shell_read_log(self.shell(handle.node), handle.log_path, offset):
+                last = off
+                yield off, line
+            return
+        except (LookupError, AtomdeckError):
+            pass
+        async for item in remote_read_log(self.runner(handle.node), handle.log_path, last, False):
+            yield item
 
     async def stop(self, handles: list[ProcHandle], grace: float) -> list[StopReport]:
         async def one(h: ProcHandle) -> StopReport:

@@ -1,26 +1,64 @@
 """Probing the barrier: every (node, port) cell, fast while it is expected soon, slow otherwise.
 
-Each node has its own loop and its own budget of connects per second, so a big deployment never
-floods a node, and a cell whose process just logged "Starting server" is checked every 0.1 s.
+Each node has its own loop and its own budget of connects per second (a TokenBucket), so a big
+deployment never floods a node. A cell whose process just logged "Starting server" is probed at
+once, then at a short, growing cadence (HINT_FAST) until it opens. Where the launcher can read the
+node's table of listening sockets (/proc/net/tcp of the node's kernel: core/remote/listening.py), a
+listen seen there is confirmed by one connect at once, so a program that logs nothing is also seen
+within the table's cadence, while the connects to closed ports keep their slow back-off.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
+import ipaddress
+import socket
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 
 from ..remote.backoff import Backoff
+from ..remote.listening import ListenTable, listens
 from ..remote.probes import tcp_probe
-from ..remote.shell import Runner
+from ..remote.shell import LocalRunner, Runner
 from .events import CellState
 
-FAST = 0.1  # s between probes of a cell expected to open any moment
+FAST = 0.1  # s between probes of a cell expected to open any moment (the cap of HINT_FAST)
+# after a hint (or a listen in the node's table): probe at once, then 10 ms, x1.5, up to FAST apart
+HINT_FAST = Backoff(first_s=0.01, factor=1.5, max_s=FAST, give_up_s=None)
 SLOW_START, SLOW_MAX = 0.3, 2.0  # back-off while a model loads
 PROBE_BACKOFF = Backoff(first_s=SLOW_START, factor=1.5, max_s=SLOW_MAX, give_up_s=None)  # per cell, forever
 OPEN_RECHECK = 1.0  # an open cell is re-checked this often, to see it close if its process dies
 MAX_RATE = 20.0  # connects per second per node
+
+
+async def connect_probe(host: str, port: int, timeout: float, runner: Runner) -> str:
+    """tcp_probe's answer ('open', 'refused', 'timeout', 'unreachable'). From this machine to an IP address,
+    a bare non-blocking connect closed at once: no stream, transport or close handshake, so the answer
+    costs one turn of the event loop instead of four (a busy loop makes each turn long)."""
+    if type(runner) is not LocalRunner:
+        return await tcp_probe(host, port, timeout=timeout, runner=runner)
+    try:
+        family = socket.AF_INET6 if ipaddress.ip_address(host).version == 6 else socket.AF_INET
+    except ValueError:
+        return await tcp_probe(host, port, timeout=timeout, runner=runner)
+    loop = asyncio.get_running_loop()
+    for wait in (timeout, timeout * 2):  # a timeout is tried once more, as tcp_probe does
+        with socket.socket(family, socket.SOCK_STREAM) as s:
+            s.setblocking(False)
+            try:
+                await asyncio.wait_for(loop.sock_connect(s, (host, port)), wait)
+                return "open"
+            except TimeoutError:
+                continue
+            except ConnectionRefusedError:
+                return "refused"
+            except OSError as e:
+                if e.errno == errno.ETIMEDOUT:
+                    continue
+                return "refused" if e.errno == errno.ECONNREFUSED else "unreachable"
+    return "timeout"
 
 
 def checkpoint() -> None:
@@ -50,11 +88,14 @@ class TokenBucket:
 
 
 class BarrierProber:
-    """Drives the probes of all cells. The caller says which cells are expected soon and gets results."""
+    """Drives the probes of all cells. The caller says which cells are expected soon and gets results.
+
+    `table_for(node)` gives the node's ListenTable (or None: connects only)."""
 
     def __init__(self, cells: list[CellState], runner_for: Callable[[str], Runner],
                  expected_soon: Callable[[CellState], bool], owner_alive: Callable[[CellState], bool | None],
-                 on_result: Callable[[CellState, str], None], max_rate: float = MAX_RATE):
+                 on_result: Callable[[CellState, str], None], max_rate: float = MAX_RATE,
+                 table_for: Callable[[str], ListenTable | None] | None = None):
         self.by_node: dict[str, list[CellState]] = defaultdict(list)
         for c in cells:
             self.by_node[c.node].append(c)
@@ -63,11 +104,16 @@ class BarrierProber:
         self.owner_alive = owner_alive
         self.on_result = on_result
         self.max_rate = max_rate
+        self.table_for = table_for or (lambda node: None)
         self.connects: dict[str, int] = defaultdict(int)
+        self.table_reads: dict[str, int] = defaultdict(int)
         self.started = time.monotonic()
         self._wake: dict[str, asyncio.Event] = {n: asyncio.Event() for n in self.by_node}
         self._due: dict[str, float] = {}
         self._backoff: dict[str, Iterator[float]] = {}
+        self._fast: dict[str, Iterator[float]] = {}  # HINT_FAST per cell while it is expected soon
+        self.listed: set[str] = set()  # cells whose port the node's table shows listening, not yet confirmed
+        self._readers: dict[int, tuple[set[str], asyncio.Task | None]] = {}
 
     def wake(self, node: str | None = None) -> None:
         """Re-plan now (a log line said a port is about to open, or a process died)."""
@@ -80,15 +126,42 @@ class BarrierProber:
         dt = max(1e-6, time.monotonic() - self.started)
         return {n: self.connects[n] / dt for n in self.by_node}
 
+    def _soon(self, c: CellState) -> bool:
+        return c.key in self.listed or self.expected_soon(c)
+
     def _interval(self, c: CellState) -> float | None:
+        """After a probe of `c`: how long until the next one (None: not until something changes)."""
         alive = self.owner_alive(c)
         if alive is False:
+            self._fast.pop(c.key, None)
             return None if c.state != "open" else 0.0  # one last look to see it close
         if c.state == "open":
+            self._fast.pop(c.key, None)
             return OPEN_RECHECK
-        if self.expected_soon(c):
-            return FAST
+        if self._soon(c):
+            if c.key not in self._fast:  # it became expected during this probe (a hint, a listen): look again now
+                self._fast[c.key] = HINT_FAST.delays()
+                return 0.0
+            return next(self._fast[c.key])
+        self._fast.pop(c.key, None)
         return next(self._backoff.setdefault(c.key, PROBE_BACKOFF.delays()))
+
+    def _replan(self, c: CellState, now: float) -> None:
+        """Woken (a hint, a death, a listen in the table): when `c` is probed next."""
+        alive = self.owner_alive(c)
+        due = self._due.get(c.key, float("inf"))
+        if alive is False:
+            if c.state == "open":
+                self._due[c.key] = now  # see it close
+            return
+        if c.state == "open":
+            self._due[c.key] = min(due, now + OPEN_RECHECK)
+        elif self._soon(c):
+            if c.key not in self._fast:  # newly expected: probe at once, then HINT_FAST
+                self._fast[c.key] = HINT_FAST.delays()
+                self._due[c.key] = now
+        else:
+            self._fast.pop(c.key, None)
 
     async def run_node(self, node: str) -> None:
         cells = self.by_node[node]
@@ -98,41 +171,76 @@ class BarrierProber:
         now = time.monotonic()
         for c in cells:
             self._due[c.key] = now
-        while True:
-            now = time.monotonic()
-            due = [c for c in cells if self._due.get(c.key, float("inf")) <= now]
-            for c in due:
-                wait = bucket.take()
-                if wait:
-                    await asyncio.sleep(wait)
-                self.connects[node] += 1
-                result = await tcp_probe(c.host, c.port, timeout=1.0, runner=runner)
-                checkpoint()
-                self.on_result(c, result)
-                if result == "open":
-                    self._backoff.pop(c.key, None)
-                nxt = self._interval(c)
-                self._due[c.key] = time.monotonic() + nxt if nxt is not None else float("inf")
-            if not any(v != float("inf") for k, v in self._due.items() if k in {c.key for c in cells}):
-                wake.clear()
-                await wake.wait()
-            nearest = min((self._due.get(c.key, float("inf")) for c in cells), default=float("inf"))
-            delay = max(0.0, nearest - time.monotonic())
-            wake.clear()
-            try:
-                await asyncio.wait_for(wake.wait(), timeout=min(delay, 5.0))
-                # woken: re-plan every cell of this node from now
-                for c in cells:
-                    nxt = self._interval_peek(c)
-                    if nxt is not None:
-                        self._due[c.key] = min(self._due.get(c.key, float("inf")), time.monotonic() + nxt)
-            except TimeoutError:
-                pass
+        table = self.table_for(node)
+        if table is not None:
+            self._join_reader(node, table)
+        try:
+            while True:
+                if wake.is_set():  # cleared here, before planning: a wake during a probe is never lost
+                    wake.clear()
+                    now = time.monotonic()
+                    for c in cells:
+                        self._replan(c, now)
+                now = time.monotonic()
+                due = min(cells, key=lambda c: self._due.get(c.key, float("inf")))
+                at = self._due.get(due.key, float("inf"))
+                if at <= now:
+                    wait = bucket.take()
+                    if wait:
+                        await asyncio.sleep(wait)
+                    self.connects[node] += 1
+                    result = await connect_probe(due.host, due.port, 1.0, runner)
+                    checkpoint()
+                    self.on_result(due, result)
+                    if result == "open":
+                        self._backoff.pop(due.key, None)
+                        self.listed.discard(due.key)
+                    nxt = self._interval(due)
+                    self._due[due.key] = time.monotonic() + nxt if nxt is not None else float("inf")
+                    continue  # one probe at a time, then look at the wake and the plan again
+                if at == float("inf"):
+                    await wake.wait()
+                    continue
+                try:
+                    await asyncio.wait_for(wake.wait(), timeout=min(at - now, 5.0))
+                except TimeoutError:
+                    pass
+        finally:
+            if table is not None:
+                await self._leave_reader(node, table)
 
-    def _interval_peek(self, c: CellState) -> float | None:
-        alive = self.owner_alive(c)
-        if alive is False:
-            return 0.0 if c.state == "open" else None
-        if c.state == "open":
-            return OPEN_RECHECK
-        return FAST if self.expected_soon(c) else None
+    def _join_reader(self, node: str, table: ListenTable) -> None:
+        """One reader per table, however many nodes share it (the local launcher's 128 nodes: one)."""
+        nodes, task = self._readers.get(id(table), (set(), None))
+        nodes.add(node)
+        if task is None or task.done():
+            task = asyncio.create_task(self._read_table(table, nodes))
+        self._readers[id(table)] = (nodes, task)
+
+    async def _leave_reader(self, node: str, table: ListenTable) -> None:
+        nodes, task = self._readers.get(id(table), (set(), None))
+        nodes.discard(node)
+        if not nodes and task is not None:
+            self._readers.pop(id(table), None)
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    async def _read_table(self, table: ListenTable, nodes: set[str]) -> None:
+        """Read the listening sockets every `table.cadence` s while a cell of its nodes is closed; a
+        listen there makes that cell due at once (one confirming connect, then HINT_FAST)."""
+        while True:
+            closed = [c for n in list(nodes) for c in self.by_node[n]
+                      if c.state != "open" and self.owner_alive(c) is not False]
+            if closed:
+                listening = await table.read()
+                checkpoint()
+                if listening is not None:
+                    for n in nodes:
+                        self.table_reads[n] += 1
+                    now_listed = {c.key for c in closed if listens(listening, c.host, c.port)}
+                    self.listed -= {c.key for c in closed} - now_listed
+                    for c in closed:
+                        if c.key in now_listed and c.key not in self.listed:
+                            self.listed.add(c.key)
+                            self.wake(c.node)
+            await asyncio.sleep(table.cadence)

@@ -1,5 +1,7 @@
-"""The barrier: every (node, port) cell probed by core/run/barrier.py's prober, fast when a log line
-says a port is about to open; a worker port that opens gets its /health and kv_role checked."""
+"""The barrier: every (node, port) cell probed by core/run/barrier.py's prober, at once and then fast
+when a log line says a port is about to open, or when the node's own table of listening sockets shows
+it (launchers that can read one: `listen_table(node)`); a worker port that opens gets its /health and
+kv_role checked."""
 
 from __future__ import annotations
 
@@ -24,8 +26,11 @@ class BarrierWatcher:
         self.background: set[asyncio.Task] = set()
 
     def make_prober(self) -> BarrierProber:
+        # local and ssh launchers read the node's /proc/net/tcp; Slurm has no per-node channel to read
+        # it on a cadence (each srun step costs ~50 ms of CPU), so its barrier connects only
+        table_for = getattr(self.run.launcher, "listen_table", None)
         self.prober = BarrierProber(list(self.run.state.cells.values()), self.run.launcher.probe_runner,
-                                    self.expected_soon, self.owner_alive, self.on_cell)
+                                    self.expected_soon, self.owner_alive, self.on_cell, table_for=table_for)
         return self.prober
 
     def wake(self, node: str | None) -> None:

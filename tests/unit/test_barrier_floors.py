@@ -1,0 +1,185 @@
+"""The barrier's floors (issue 19), checked without timing: every cadence here is an hour, so a cell that
+opens while the test waits was probed because of the event under test, not because a timer came round.
+
+- a hint (a log line "Starting server on ...") gets a probe at once, not after the fast cadence;
+- a hint that arrives while the node's loop is in the middle of a probe is not lost;
+- a listen in the node's own socket table (/proc/net/tcp of this namespace) makes the cell open with
+  one confirming connect, and no other connect.
+Real sockets on loopback; the table is the real /proc/net/tcp."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+import pytest
+from atomdeck.core.remote.backoff import Backoff
+from atomdeck.core.remote.listening import local_table
+from atomdeck.core.remote.shell import LocalRunner
+from atomdeck.core.run import barrier
+from atomdeck.core.run.barrier import BarrierProber
+from atomdeck.core.run.events import CellState
+
+HOUR = 3600.0
+WAIT = 60.0  # a condition wait; the cadences are an hour
+
+
+@pytest.fixture
+def hourly(monkeypatch):
+    """Every cadence of the prober an hour: only the event under test can bring the next probe."""
+    slow = Backoff(first_s=HOUR, factor=1.0, max_s=HOUR, give_up_s=None)
+    monkeypatch.setattr(barrier, "PROBE_BACKOFF", slow)
+    monkeypatch.setattr(barrier, "HINT_FAST", slow, raising=False)
+    monkeypatch.setattr(barrier, "FAST", HOUR)
+
+
+def bound_port() -> socket.socket:
+    """A socket bound on 127.0.0.1 but not listening yet: a connect is refused, the table shows nothing."""
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("127.0.0.1", 0))
+    return s
+
+
+class Gate(LocalRunner):
+    """A real local runner whose connects each wait for the test to let them through (to wake the loop
+    while a probe is in flight)."""
+
+    def __init__(self):
+        super().__init__()
+        self.entered = 0
+        self.arrived = asyncio.Event()
+        self.passes = asyncio.Semaphore(0)
+
+    async def open_connection(self, host, port):
+        self.entered += 1
+        self.arrived.set()
+        await self.passes.acquire()
+        return await super().open_connection(host, port)
+
+    async def wait_inside(self, n: int) -> None:
+        while self.entered < n:
+            self.arrived.clear()
+            await asyncio.wait_for(self.arrived.wait(), WAIT)
+
+
+async def run_prober(cell: CellState, soon: set[str], runner=None, table=None):
+    results: list[str] = []
+    changed = asyncio.Event()
+
+    def on_result(c: CellState, r: str) -> None:
+        c.state = r
+        results.append(r)
+        changed.set()
+
+    tables = {"table_for": lambda n: table} if table else {}
+    prober = BarrierProber([cell], runner_for=lambda n: runner or LocalRunner(),
+                           expected_soon=lambda c: c.key in soon, owner_alive=lambda c: True,
+                           on_result=on_result, **tables)
+    task = asyncio.create_task(prober.run_node(cell.node))
+
+    async def until(n: int) -> None:
+        while len(results) < n:
+            changed.clear()
+            await asyncio.wait_for(changed.wait(), WAIT)
+
+    return prober, task, results, until
+
+
+def test_a_hint_probes_at_once(hourly):
+    sock = bound_port()
+    cell = CellState("n1", "127.0.0.1", sock.getsockname()[1], "decode", "http", "decode-0")
+
+    async def main():
+        soon: set[str] = set()
+        prober, task, results, until = await run_prober(cell, soon)
+        await until(1)  # the first probe: refused, next one in an hour
+        sock.listen()
+        soon.add(cell.key)  # the process logged "Starting server on ..."
+        prober.wake("n1")
+        await until(2)
+        task.cancel()
+        return results, prober.connects["n1"]
+
+    try:
+        results, connects = asyncio.run(main())
+    finally:
+        sock.close()
+    assert results == ["refused", "open"] and connects == 2
+
+
+def test_a_hint_during_a_probe_is_not_lost(hourly):
+    sock = bound_port()
+    cell = CellState("n1", "127.0.0.1", sock.getsockname()[1], "decode", "http", "decode-0")
+
+    async def main():
+        soon: set[str] = set()
+        gate = Gate()
+        prober, task, results, until = await run_prober(cell, soon, runner=gate)
+        await gate.wait_inside(1)  # the loop is inside its first probe
+        soon.add(cell.key)
+        prober.wake("n1")  # the hint arrives now
+        gate.passes.release()
+        await until(1)  # that probe was refused (nothing listens yet)
+        await gate.wait_inside(2)  # the next probe comes without waiting out the (hour-long) cadence
+        sock.listen()
+        gate.passes.release()
+        await until(2)
+        task.cancel()
+        return results
+
+    try:
+        results = asyncio.run(main())
+    finally:
+        sock.close()
+    assert results == ["refused", "open"]
+
+
+def test_a_listen_in_the_kernel_table_opens_the_cell_with_one_confirming_connect(hourly):
+    sock = bound_port()
+    cell = CellState("n1", "127.0.0.1", sock.getsockname()[1], "decode", "http", "decode-0")
+
+    async def main():
+        table = local_table(0.01)  # this namespace's /proc/net/tcp, read every 10 ms
+        prober, task, results, until = await run_prober(cell, set(), table=table)
+        await until(1)  # refused: no log hint will come, and the back-off is an hour
+        assert cell.key not in prober.listed
+        sock.listen()  # the program starts listening and says nothing
+        await until(2)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        return results, prober.connects["n1"], table.reads, prober._readers
+
+    try:
+        results, connects, reads, readers = asyncio.run(main())
+    finally:
+        sock.close()
+    assert results == ["refused", "open"]
+    assert connects == 2  # the first look and the one confirm: no polling connects
+    assert reads >= 1 and readers == {}  # the table was read; its reader went with the node's loop
+
+
+def test_a_listen_on_another_nodes_address_does_not_count(hourly):
+    """All local nodes share one table: 127.0.0.2:P listening says nothing about 127.0.0.1:P."""
+    other = socket.socket()
+    other.bind(("127.0.0.2", 0))
+    port = other.getsockname()[1]
+    other.listen()
+    cell = CellState("n1", "127.0.0.1", port, "decode", "http", "decode-0")
+
+    async def main():
+        table = local_table(0.01)
+        prober, task, results, until = await run_prober(cell, set(), table=table)
+        await until(1)
+        reads = table.reads
+        while table.reads < reads + 3:  # the table was read a few times since
+            await asyncio.sleep(0.01)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        return results, prober.listed
+
+    try:
+        results, listed = asyncio.run(main())
+    finally:
+        other.close()
+    assert results == ["refused"] and not listed
