@@ -1,6 +1,6 @@
 """The run view's text panels, each drawn from core's RunState: the status line with the one-line
 diagnosis, the router (stages, /readiness, /workers, the served model name, the smoke request),
-the Mooncake handshake per prefill->decode pair, node connections, and a process's last lines."""
+the Mooncake handshake per prefill->decode pair, node connections, and (tail_panel.py) a process's last lines."""
 
 from __future__ import annotations
 
@@ -15,9 +15,10 @@ from textual.widgets import Static
 from ...core.run.diagnose import Diagnosis
 from ...core.run.events import PAIR_STAGES, ROUTER_STAGES, CheckState, RunState
 from ..formatting import ago, words
-from ..logtext import HIGHLIGHT, clean
+from ..logtext import clean
 from .pair_matrix import pair_matrix
 from .quiet import update_quietly
+from .tail_panel import TailPanel  # noqa: F401 - the run view's panels, all importable from here
 
 MATRIX_FROM = 5  # pairs: from this many on, the handshake panel is a prefill x decode matrix
 MANY_NODES = 12  # from this many nodes on, the nodes panel lists only the nodes with a problem
@@ -275,20 +276,3 @@ class WhyPanel(RunPanel):
             out.append("• ", style="dim")
             out.append(clean(line, 400), style=self.color("error") if state.status in ("failed", "dirty") else "")
         self.set(out)
-
-
-class TailPanel(RunPanel):
-    """The last lines of one process (errors highlighted)."""
-
-    def show(self, lines: list[str], empty: str = "(no output yet)") -> bool:
-        """Returns whether the panel changed."""
-        err = self.color("error")
-        out = Text(no_wrap=True, overflow="ellipsis")
-        if not lines:
-            out.append(empty, style="dim")
-        for i, line in enumerate(lines):
-            if i:
-                out.append("\n")
-            line = clean(line, 400)
-            out.append(line, style=err if HIGHLIGHT.search(line) else "")
-        return self.set(out, shape=max(1, len(lines)))  # no wrapping (#tail): a line is a row
