@@ -193,3 +193,32 @@ async def test_update_quietly_skips_equal_content_and_lays_out_only_on_a_new_sha
         assert calls[-1] == ("s", True)
         await pilot.pause()
         assert "1m00s" in str(s.render())
+
+
+async def test_the_node_filter_on_many_nodes_keeps_the_matching_rows_and_draws_them(tmp_path):
+    """2,000-node filter (bench/console.py filter): rows are added in one batch and cells drawn from
+    a per-cell render; the rows shown and what is drawn must be exactly the matching nodes."""
+    from atomdeck.tui.widgets.node_table import NodeTable
+
+    n = 600
+    lines = ["name: big", "description: many nodes", "launcher: slurm", "gpus_per_node: 8", "nodes:"]
+    lines += [f"  - {{name: node-{i:04d}, addr: 10.{i // 250}.{i % 250}.1, gpus: 8, partition: gpu}}"
+              for i in range(n)]
+    (tmp_path / "big.yaml").write_text("\n".join(lines) + "\n")
+    app = make_app(cluster=str(tmp_path / "big.yaml"), offline=True)
+    async with app.run_test(size=(160, 50)) as pilot:
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        table = app.screen.query_one(NodeTable)
+        assert table.row_count == n
+        await pilot.press("slash", "1", "0", ".", "1")
+        await pilot.pause()
+        want = [f"node-{i:04d}" for i in range(n) if "10.1" in f"node-{i:04d} 10.{i // 250}.{i % 250}.1"]
+        assert table.shown == want and table.row_count == len(want)
+        assert [table.get_row_at(i)[1].plain for i in range(table.row_count)] == want
+        drawn = ["".join(s.text for s in table.render_line(y)) for y in range(1, 6)]
+        assert all(name in line for name, line in zip(want, drawn)), drawn
+        for _ in range(4):
+            await pilot.press("backspace")
+        await pilot.pause()
+        assert table.shown == [f"node-{i:04d}" for i in range(n)]
