@@ -216,8 +216,9 @@ async def test_the_node_filter_on_many_nodes_keeps_the_matching_rows_and_draws_t
         want = [f"node-{i:04d}" for i in range(n) if "10.1" in f"node-{i:04d} 10.{i // 250}.{i % 250}.1"]
         assert table.shown == want and table.row_count == len(want)
         assert [table.get_row_at(i)[1].plain for i in range(table.row_count)] == want
+        top = int(table.scroll_offset.y)  # (the cursor's row may keep the table scrolled)
         drawn = ["".join(s.text for s in table.render_line(y)) for y in range(1, 6)]
-        assert all(name in line for name, line in zip(want, drawn)), drawn
+        assert all(name in line for name, line in zip(want[top:], drawn)), (top, drawn)
         for _ in range(4):
             await pilot.press("backspace")
         await pilot.pause()
