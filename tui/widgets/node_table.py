@@ -120,7 +120,6 @@ class NodeTable(DataTable):
                 gc.unfreeze()
                 gc.collect()
                 gc.freeze()
-            self._warm(key, 0)
         needle = filter_text.strip().lower()
         picked = [i for i, hay in enumerate(self._hay) if not needle or needle in hay]
         if picked == self._drawn:
@@ -158,25 +157,6 @@ class NodeTable(DataTable):
             self._highlight_cursor()
         self._update_count += 1
         self.check_idle()
-
-    def _warm(self, key: tuple, start: int, chunk: int = 100) -> None:
-        """Render the cells of every node ahead, a chunk of rows per turn of the event loop, so a
-        filter keystroke that brings new rows on screen finds them rendered (the first render of a
-        screenful of new rows was the filter's p95). Stops when the inventory or design changed."""
-        if key != self._cells_key or not self.is_mounted:
-            return
-        if start >= len(self._rows):
-            if len(self._rows) >= FREEZE_AT:
-                gc.freeze()  # the renders live as long as the rows: out of the GC's full passes too
-            return
-        console, padding = self.app.console, self.cell_padding
-        widths = [column.get_render_width(self) for column in self.ordered_columns]
-        for _, cells in self._rows[start:start + chunk]:
-            for cell, width in zip(cells, widths):
-                if cell.lines is None or cell.lines[0] != width:
-                    options = self.app.console_options.update_dimensions(width, 1).update(no_wrap=True)
-                    cell.lines = (width, console.render_lines(Padding(cell, (0, padding)), options))
-        self.set_timer(0.01, lambda: self._warm(key, start + chunk, chunk))
 
     def _render_cell(self, row_index: int, column_index: int, base_style: Style, width: int,
                      cursor: bool = False, hover: bool = False):
