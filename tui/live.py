@@ -39,6 +39,7 @@ class LiveRun:
         self.buffers: dict[str, deque[str]] = {name: deque(maxlen=keep) for name in run.processes}
         self.line_seq: dict[str, int] = {name: 0 for name in run.processes}
         self.version = 0
+        self.metrics_version = 0  # metrics scrapes (not state changes: the clock shows them)
         self.lines_version = 0
         self.watching = False
         self.teardown_running = False
@@ -57,6 +58,8 @@ class LiveRun:
         # several times a second while a run merely served.
         if e.kind != "metrics":
             self.version += 1
+        else:
+            self.metrics_version += 1
         if e.kind == "teardown" and self.teardown_running:
             self.teardown_events[e.name] = (e.value, e.detail)
 

@@ -20,6 +20,7 @@ from ..widgets.barrier_grid import LEGEND, BarrierGrid
 from ..widgets.context_bar import ContextBar
 from ..widgets.pair_matrix import LEGEND as PAIR_LEGEND
 from ..widgets.process_table import ProcessTable
+from ..widgets.quiet import set_if_changed
 from ..widgets.run_panels import MATRIX_FROM, HandshakePanel, NodesPanel, RouterPanel, RunHeader, TailPanel, WhyPanel
 from ..widgets.serving_panel import ServingPanel
 
@@ -50,6 +51,7 @@ class RunScreen(Screen):
         super().__init__()
         self.shown: LiveRun | None = None
         self.drawn_version = -1
+        self.metrics_drawn = -1  # the LiveRun's metrics_version the Serving panel shows
         self.tail_drawn_at = 0.0
         self.tail_name: str | None = None
         self.culprit: str | None = None
@@ -95,7 +97,7 @@ class RunScreen(Screen):
 
     def on_mount(self) -> None:
         self.query_one(ProcessTable).focus()
-        self.set_interval(1.0, self.redraw)  # time in stage keeps counting without events
+        self.set_interval(1.0, self.tick)  # time in stage keeps counting without events
         self.redraw()
 
     def on_screen_resume(self) -> None:
@@ -124,14 +126,28 @@ class RunScreen(Screen):
         if now - self.tail_drawn_at >= TAIL_EVERY_S:
             self._draw_tail()
 
+    def tick(self) -> None:
+        """The clock, every second: only what depends on the time (times in stage, "up", the durations
+        in the diagnosis) and the live metrics. Panels that draw only the state (the router, the top
+        bar, the last lines) wait for its version to change; the others redraw a cell only if its text
+        changed, without a layout pass unless its width did."""
+        live = self.console.live
+        if live is None or live is not self.shown or live.version != self.drawn_version:
+            self.redraw()
+        else:
+            self.redraw(clock=True)
+
     # -- drawing ---------------------------------------------------------------------------------
-    def redraw(self) -> None:
+    def redraw(self, clock: bool = False) -> None:
+        """Everything from the run's state; `clock`: the state did not change since the last redraw,
+        only the time did (see tick)."""
         if not self.is_mounted or not self._visible():
             return  # (a log view covers it: on_screen_resume draws it again)
         app = self.console
         live = app.live
-        self.query_one(ContextBar).show_run(app.views, self.VIEW, run_context(app), app.readonly)
-        self.set_class(live is None, "-empty")
+        if not clock:
+            self.query_one(ContextBar).show_run(app.views, self.VIEW, run_context(app), app.readonly)
+            self.set_class(live is None, "-empty")
         if live is None:
             self.query_one("#run-empty", Static).update(self._empty_text())
             self.refresh_bindings()
@@ -162,19 +178,23 @@ class RunScreen(Screen):
         self.culprit = d.culprit
         grid = self.query_one(BarrierGrid)
         grid.show(state, d.blocking, now)
-        self.query_one("#barrier-box").border_title = "Barrier · node × port" + (f" · {grid.summary}" if grid.summary
-                                                                                else "")
-        self.query_one(RouterPanel).show(state, now, node=run.plan.router.node, url=run.plan.router.url,
-                                         model=run.recipe.model.client_name)
+        set_if_changed(self.query_one("#barrier-box"), "border_title",
+                       "Barrier · node × port" + (f" · {grid.summary}" if grid.summary else ""))
+        if not clock:
+            self.query_one(RouterPanel).show(state, now, node=run.plan.router.node, url=run.plan.router.url,
+                                             model=run.recipe.model.client_name)
         self.query_one(HandshakePanel).show(state, now)
-        pairs_box = self.query_one("#pairs-box")
-        pairs_box.border_subtitle = PAIR_LEGEND if len(state.pairs) >= MATRIX_FROM else ""
-        self.query_one("#serving-box").display = bool(state.metrics)
-        if state.metrics:
-            self.query_one(ServingPanel).show(state)
+        set_if_changed(self.query_one("#pairs-box"), "border_subtitle",
+                       PAIR_LEGEND if len(state.pairs) >= MATRIX_FROM else "")
+        if not clock or live.metrics_version != self.metrics_drawn:
+            self.metrics_drawn = live.metrics_version
+            self.query_one("#serving-box").display = bool(state.metrics)
+            if state.metrics:
+                self.query_one(ServingPanel).show(state)
         self.query_one(NodesPanel).show(state, [n.name for n in run.plan.nodes], now, run.cluster.launcher)
         self.query_one(WhyPanel).show(state, d)
-        self._draw_tail()
+        if not clock:
+            self._draw_tail()
 
     def _draw_tail(self) -> None:
         live = self.console.live
@@ -186,10 +206,10 @@ class RunScreen(Screen):
         p = live.state.procs[name]
         lines = live.tail(name, TAIL_LINES)
         box = self.query_one("#tail-box")
-        box.border_title = f"Last lines · {name} on {p.node}"
-        box.border_subtitle = "enter: full log"
-        self.query_one(TailPanel).show(lines)
-        box.scroll_end(animate=False)
+        set_if_changed(box, "border_title", f"Last lines · {name} on {p.node}")
+        set_if_changed(box, "border_subtitle", "enter: full log")
+        if self.query_one(TailPanel).show(lines):
+            box.scroll_end(animate=False)
 
     def _empty_text(self) -> str:
         app = self.console

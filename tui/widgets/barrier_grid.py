@@ -17,6 +17,7 @@ from textual.widgets import DataTable
 
 from ...core.run.events import CellState, RunState
 from ..formatting import ago
+from .cells import set_cells
 
 KIND_ORDER = {"http": 0, "handshake": 1, "router": 2}
 # A cell's glyph and its colour (a component class; "muted" is drawn dim).
@@ -131,10 +132,7 @@ class BarrierGrid(DataTable):
                 self.move_cursor(row=nodes.index(keep), animate=False)
             self.call_after_refresh(self.refresh, layout=True)  # auto height: measure the new rows
         else:
-            for n in nodes:
-                for key, value in zip(keys, rows[n]):
-                    if self.get_cell(n, key) != value:
-                        self.update_cell(n, key, value, update_width=True)
+            set_cells(self, ((n, key, value) for n in nodes for key, value in zip(keys, rows[n])))  # see cells.py
         if len(nodes) > MANY and not self.touched and self.not_open and not self.quiet:
             self.move_cursor(row=nodes.index(self.not_open[0]), animate=False)
 

@@ -10,6 +10,7 @@ from textual.widgets import Static
 from ...core.design.lint import Assessment
 from ..palette import ICONS
 from .findings import summary
+from .quiet import update_quietly
 
 SEVERITY_VAR = {"error": "$text-error", "warning": "$text-warning", "ok": "$text-success"}
 
@@ -26,14 +27,14 @@ class ContextBar(Horizontal):
         for i, (mode, title) in enumerate(views, 1):
             style = "reverse bold $accent" if mode == current else "$text-muted"
             tabs.append(f"[@click=app.view('{mode}')][{style}] {i} {title} [/][/]")
-        self.query_one("#tabs", Static).update(" ".join(tabs))
+        update_quietly(self.query_one("#tabs", Static), " ".join(tabs))
 
     def show_run(self, views: list[tuple[str, str]], current: str, context: str, readonly: bool) -> None:
         """The run views' bar: the same tabs, then `context` (markup, already escaped)."""
         self.show_tabs(views, current)
         if readonly:
             context += " · [reverse $text-warning] READ-ONLY [/]"
-        self.query_one("#context", Static).update(context)
+        update_quietly(self.query_one("#context", Static), context)
 
     def show(self, views: list[tuple[str, str]], current: str, assessment: Assessment | None,
              recipe: str, cluster: str, readonly: bool, edited: bool = False) -> None:
@@ -47,4 +48,4 @@ class ContextBar(Horizontal):
             ctx += f" · [{SEVERITY_VAR[sev]}]{ICONS[sev]} {text}[/]"
         if readonly:
             ctx += " · [reverse $text-warning] READ-ONLY [/]"
-        self.query_one("#context", Static).update(ctx)
+        update_quietly(self.query_one("#context", Static), ctx)

@@ -13,6 +13,7 @@ from textual.widgets import DataTable
 
 from ...core.run.events import ROUTER_STAGES, TERMINAL, WORKER_STAGES, ProcState, RunState
 from ..formatting import ago, words
+from .cells import set_cells
 
 BOLD = Style(bold=True)
 COLUMNS = [("name", "PROCESS"), ("role", "ROLE"), ("node", "NODE"), ("stage", "STAGE"), ("bar", "PROGRESS"),
@@ -74,10 +75,8 @@ class ProcessTable(DataTable):
                 self.select(keep)
             self.call_after_refresh(self.refresh, layout=True)  # auto height: measure the new rows
             return
-        for name in names:
-            for (key, _), value in zip(COLUMNS, rows[name]):
-                if self.get_cell(name, key) != value:
-                    self.update_cell(name, key, value, update_width=True)
+        # in place: the clock changes one cell per row each second (see cells.py)
+        set_cells(self, ((name, key, value) for name in names for (key, _), value in zip(COLUMNS, rows[name])))
 
     def _cells(self, p: ProcState, state: RunState, now: float, pid: int | None) -> list[Text]:
         err, ok, warn, color = (self._color(name) for name in ("error", "ok", "warning", p.role))

@@ -1,6 +1,6 @@
 """The run view's text panels, each drawn from core's RunState: the status line with the one-line
 diagnosis, the router (stages, /readiness, /workers, the served model name, the smoke request),
-the Mooncake handshake per prefill->decode pair, node connections, and a process's last lines."""
+the Mooncake handshake per prefill->decode pair, node connections, and (tail_panel.py) a process's last lines."""
 
 from __future__ import annotations
 
@@ -15,8 +15,10 @@ from textual.widgets import Static
 from ...core.run.diagnose import Diagnosis
 from ...core.run.events import PAIR_STAGES, ROUTER_STAGES, CheckState, RunState
 from ..formatting import ago, words
-from ..logtext import HIGHLIGHT, clean
+from ..logtext import clean
 from .pair_matrix import pair_matrix
+from .quiet import update_quietly
+from .tail_panel import TailPanel  # noqa: F401 - the run view's panels, all importable from here
 
 MATRIX_FROM = 5  # pairs: from this many on, the handshake panel is a prefill x decode matrix
 MANY_NODES = 12  # from this many nodes on, the nodes panel lists only the nodes with a problem
@@ -47,6 +49,11 @@ class RunPanel(Static):
 
     def color(self, name: str) -> Style:
         return self.get_component_rich_style(f"run-panel--{name}", partial=True, default=Style())
+
+    def set(self, content, shape: object = None) -> bool:
+        """Show `content` if it changed, re-laying the screen out only if its size may have changed
+        (the clock redraws these panels every second: see quiet.py)."""
+        return update_quietly(self, content, shape)
 
 
 # The status badge: white on the status's theme colour; stopped in reverse.
@@ -89,7 +96,7 @@ class RunHeader(RunPanel):
         sev = _severity(status)
         icon = {"ok": "✓", "warning": "▲", "error": "×", "info": "…"}[sev]
         out.append(f"{icon} {d.headline}", style=BOLD + self.color(sev))
-        self.update(out)
+        self.set(out)
 
 
 def _severity(status: str) -> str:
@@ -116,7 +123,7 @@ class RouterPanel(RunPanel):
         head.append(f" on {node} · {url}\nmodel ")
         head.append(model, style="bold")
         if r is None:
-            self.update(Group(head, Text("no router in this run", style="dim")))
+            self.set(Group(head, Text("no router in this run", style="dim")))
             return
         start = state.started or now
         stages = Table.grid(padding=(0, 2))
@@ -155,7 +162,7 @@ class RouterPanel(RunPanel):
                 detail = Text(clean(text, 200), style="" if c.ok else err if ok is False else DIM)
             checks.add_row(_mark(ok, self), Text(label, style="bold"), detail)
         parts.append(checks)
-        self.update(Group(*parts))
+        self.set(Group(*parts))
 
 
 class HandshakePanel(RunPanel):
@@ -165,12 +172,12 @@ class HandshakePanel(RunPanel):
         out = Text()
         if not state.pairs:
             out.append("aggregate workers: no KV transfer between workers", style="dim")
-            self.update(out)
+            self.set(out)
             return
         ok_style = self.color("ok")
         if len(state.pairs) >= MATRIX_FROM:
             out.append_text(pair_matrix(state, self.color, max(20, self.size.width or 56)))
-            self.update(out)
+            self.set(out)
             return
         for i, pr in enumerate(state.pairs.values()):
             if i:
@@ -199,7 +206,7 @@ class HandshakePanel(RunPanel):
                            style=DIM if c.ok else self.color("error"))
                 out.append("  ")
         out.rstrip()
-        self.update(out)
+        self.set(out)
 
 
 class NodesPanel(RunPanel):
@@ -249,7 +256,7 @@ class NodesPanel(RunPanel):
                 if since and not good:
                     out.append(f" {ago(now - since)}", style="dim")
             out.append(f"  {', '.join(by_node.get(node, []))}", style="dim")
-        self.update(out)
+        self.set(out)
 
 
 class WhyPanel(RunPanel):
@@ -268,20 +275,4 @@ class WhyPanel(RunPanel):
                 out.append("\n")
             out.append("• ", style="dim")
             out.append(clean(line, 400), style=self.color("error") if state.status in ("failed", "dirty") else "")
-        self.update(out)
-
-
-class TailPanel(RunPanel):
-    """The last lines of one process (errors highlighted)."""
-
-    def show(self, lines: list[str], empty: str = "(no output yet)") -> None:
-        err = self.color("error")
-        out = Text(no_wrap=True, overflow="ellipsis")
-        if not lines:
-            out.append(empty, style="dim")
-        for i, line in enumerate(lines):
-            if i:
-                out.append("\n")
-            line = clean(line, 400)
-            out.append(line, style=err if HIGHLIGHT.search(line) else "")
-        self.update(out)
+        self.set(out)

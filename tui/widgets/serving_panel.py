@@ -14,6 +14,7 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import Sparkline, Static
 
 from ...core.run.events import HEALTH_STAGES, RunState
+from .quiet import update_quietly
 
 HISTORY = 40  # points per sparkline (a scrape every 2 s: the last 80 s)
 
@@ -95,15 +96,17 @@ class ServingPanel(Vertical):
             m = state.metrics.get(name, {})
             label, spark, val = self.cells[name]
             sick = p.stage in HEALTH_STAGES
-            label.update(Text(name, style=Style(bold=True) + err if sick else "bold"))
+            update_quietly(label, Text(name, style=Style(bold=True) + err if sick else "bold"))
             core_hist = (m.get("history") or {}).get(rate_key(p.role, m)[0])
-            spark.data = list(core_hist) if core_hist else list(self.history.get(name, [0.0]))
+            data = list(core_hist) if core_hist else list(self.history.get(name, [0.0]))
+            if data != spark.data:
+                spark.data = data
             value, unit = rate_of(name, p.role, m)
             words = f"{value:,.0f} {unit}" if unit != "active" else f"{value:.0f} active"
             if unit == "req/s":
                 words = f"{value:.2f} {unit}"
-            val.update(Text(f"{words} · {row_words(p.role, m)}", style=err if sick else "", no_wrap=True,
-                            overflow="ellipsis"))
+            update_quietly(val, Text(f"{words} · {row_words(p.role, m)}", style=err if sick else "", no_wrap=True,
+                                     overflow="ellipsis"), shape=1)  # one row (height 1)
         router = state.metrics.get("router", {})
         out = Text(no_wrap=False)
         if router.get("source") == "mesh":
@@ -118,4 +121,4 @@ class ServingPanel(Vertical):
             if bad:
                 out.append(" · upstream " + ", ".join(f"HTTP {k} ×{v:.0f}" for k, v in sorted(bad.items())),
                            style=err)
-        self.query_one("#sv-errors", Static).update(out)
+        update_quietly(self.query_one("#sv-errors", Static), out)
