@@ -21,7 +21,7 @@ from atomdeck.core.design.workspace import load_workspace
 from atomdeck.core.run.inventory import fetch_inventory
 from atomdeck.core.run.run import Run
 
-from .runhelpers import run_pids, serve, teardown, workspace
+from .runhelpers import node_pids, run_pids, serve, teardown, workspace
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 G = "mia1-p01-g0"
@@ -76,7 +76,12 @@ def test_the_wrapper_raises_a_low_soft_limit_to_what_the_engine_needs(lab):
     try:
         assert state.status == "serving", state.diagnosis
         limits = {}
-        for node, pids in run_pids(lab, run.id).items():
+        # the run's processes (supervisors, engines, routers), not the per-node Slurm step that starts them
+        # (marked `RUN:@node`: it stays at the limit it was given and raises nothing itself)
+        marked = f'tr "\\0" "\\n" < "$f" 2>/dev/null | grep -q "^ATOMDECK_RUN={run.id}:[^@]"'
+        procs = {node: pids for node in lab.node_names if (pids := node_pids(lab, node, marked))}
+        assert set(procs) == {p.node for p in state.procs.values()}, procs
+        for node, pids in procs.items():
             for pid in pids:
                 text = Path(f"/proc/{pid}/limits").read_text()
                 line = next(ln for ln in text.splitlines() if ln.startswith("Max open files"))
