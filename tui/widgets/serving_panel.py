@@ -11,6 +11,9 @@ from collections import deque
 from rich.style import Style
 from rich.text import Text
 from textual.containers import Vertical
+from textual.geometry import Region, Size
+from textual.strip import Strip
+from textual.widget import Widget
 from textual.widgets import Static
 
 from ...core.run.events import HEALTH_STAGES, RunState
@@ -45,6 +48,49 @@ def row_words(role: str, m: dict) -> str:
     return "no /metrics · router's count"
 
 
+class ServingRows(Widget):
+    """The endpoint rows, a line each, drawn line by line (the Line API): only the rows on screen are
+    rendered, and a changed row repaints only its own line."""
+
+    DEFAULT_CSS = "ServingRows { height: auto; width: 1fr; }"
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.texts: list[Text] = []
+        self._strips: dict[int, Strip] = {}
+
+    def set_rows(self, texts: list[Text]) -> None:
+        grew = len(texts) != len(self.texts)
+        changed = [y for y, t in enumerate(texts) if y >= len(self.texts) or self.texts[y] is not t]
+        self.texts = texts
+        for y in changed:
+            self._strips.pop(y, None)
+        if grew:
+            self._strips.clear()
+            self.refresh(layout=True)
+        else:
+            w = max(1, self.size.width)
+            for y in changed:
+                self.refresh(Region(0, y, w, 1))
+
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+        return len(self.texts)
+
+    def on_resize(self) -> None:
+        self._strips.clear()
+
+    def render_line(self, y: int) -> Strip:
+        strip = self._strips.get(y)
+        if strip is None:
+            width = self.size.width
+            if y >= len(self.texts):
+                return Strip.blank(width, self.rich_style)
+            strip = Strip(self.texts[y].render(self.app.console), self.texts[y].cell_len)
+            strip = strip.adjust_cell_length(width, self.rich_style).apply_style(self.rich_style)
+            self._strips[y] = strip
+        return strip
+
+
 class ServingPanel(Vertical):
     """Two widgets whatever the number of endpoints: the rows (one Static, a line per endpoint, its
     sparkline drawn into the line) and the router's errors. A widget per row (129 rows x 4 widgets at
@@ -58,7 +104,6 @@ class ServingPanel(Vertical):
     ServingPanel > .serving-panel--spark-max { color: $primary; }
     ServingPanel > .serving-panel--spark-min { color: $primary 30%; }
     ServingPanel { height: auto; }
-    ServingPanel #sv-rows { height: auto; width: 1fr; text-wrap: nowrap; text-overflow: ellipsis; }
     ServingPanel #sv-errors { height: auto; }
     """
     NAME_W = 11
@@ -74,7 +119,7 @@ class ServingPanel(Vertical):
         self.drawn = 0  # how many times the rows were redrawn (tests: a redraw happens only on a change)
 
     def compose(self):
-        yield Static("", id="sv-rows")
+        yield ServingRows(id="sv-rows")
         yield Static("", id="sv-errors")
 
     def reset(self) -> None:
@@ -83,7 +128,7 @@ class ServingPanel(Vertical):
         self.rows = []
         self.lines = {}
         self._state = None
-        update_quietly(self.query_one("#sv-rows", Static), Text(""), shape=0)
+        self.query_one(ServingRows).set_rows([])
 
     def line(self, name: str) -> str:
         """The text of an endpoint's row as drawn (tests, screenshots)."""
@@ -152,8 +197,7 @@ class ServingPanel(Vertical):
             self.lines[name] = (key, line)
         if changed:
             self.drawn += 1
-            rows = Text("\n", no_wrap=True, overflow="ellipsis").join(self.lines[n][1] for n in self.rows)
-            update_quietly(self.query_one("#sv-rows", Static), rows, shape=len(self.rows))
+            self.query_one(ServingRows).set_rows([self.lines[n][1] for n in self.rows])
         router = state.metrics.get("router", {})
         out = Text(no_wrap=False)
         if router.get("source") == "mesh":
