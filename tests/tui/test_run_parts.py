@@ -82,3 +82,28 @@ async def test_after_a_costly_redraw_the_next_waits_and_is_not_lost():
         while screen.redraws.get("pairs") == before.get("pairs"):  # then drawn without another event
             await pilot.pause(0.05)
         assert screen.drawn_version == app.live.version
+
+
+async def test_a_thousand_lines_between_two_pulses_are_one_log_view_update():
+    from .test_run_logs import feed, open_log
+
+    app = make_app()
+    async with app.run_test(size=(160, 50)) as pilot:
+        await app.workers.wait_for_complete()
+        run, screen, log = await open_log(pilot)
+        screen.run_updated()  # whatever the opening left: drawn
+        calls: list[int] = []
+        append = log.append
+
+        def counting(lines):
+            lines = list(lines)
+            calls.append(len(lines))
+            return append(lines)
+
+        log.append = counting  # type: ignore[method-assign]
+        before = len(log.lines)
+        feed(run, "decode-0", [f"flood line {i}" for i in range(1000)])
+        assert calls == []  # lines only land in LiveRun's buffer: no per-line work on the screen
+        screen.run_updated()  # the pulse
+        assert calls == [1000]
+        assert len(log.lines) == before + 1000 and log.lines[-1].endswith("flood line 999")
