@@ -25,6 +25,9 @@ if TYPE_CHECKING:
 
 KEEP_LINES = 5_000  # per process, in memory; the full log stays on disk
 OVER = ("stopped",)  # nothing left to watch
+# the part of the state an event kind changes: a panel redraws only when a part it shows changed
+PARTS = {"cell": "cells", "pair": "pairs", "check": "checks", "conn": "conns", "metrics": "metrics",
+         "run": "run", "teardown": "run", "note": "run"}  # every other kind ("proc.*"): "procs"
 
 
 class LiveRun:
@@ -41,6 +44,7 @@ class LiveRun:
         self.version = 0
         self.metrics_version = 0  # metrics scrapes (not state changes: the clock shows them)
         self.lines_version = 0
+        self.changes: dict[str, int] = {}  # part (see PARTS) -> how many events changed it
         self.watching = False
         self.teardown_running = False
         self.report: TeardownReport | None = None
@@ -60,6 +64,8 @@ class LiveRun:
             self.version += 1
         else:
             self.metrics_version += 1
+        part = PARTS.get(e.kind, "procs")
+        self.changes[part] = self.changes.get(part, 0) + 1
         if e.kind == "teardown" and self.teardown_running:
             self.teardown_events[e.name] = (e.value, e.detail)
 
@@ -77,6 +83,7 @@ class LiveRun:
         self.teardown_events = {}
         self.report, self.teardown_error = None, ""
         self.version += 1
+        self.changes["run"] = self.changes.get("run", 0) + 1
 
     def detach(self) -> None:
         for lst, fn in ((self.run.listeners, self._on_event), (self.run.line_listeners, self._on_line)):

@@ -52,10 +52,11 @@ async def test_the_serving_panel_has_a_row_and_sparkline_per_endpoint(size):
         panel = app.screen.query_one(ServingPanel)
         assert app.screen.query_one("#serving-box").display
         assert panel.rows == ["prefill-0", "decode-0", "router"]
-        label, spark, value = panel.cells["decode-0"]
-        assert spark.data[-4:] == [0.0, 0.0, 0.0, 0.0] and max(spark.data) > 100  # the history from core
-        assert "tok/s" in _text(value) and "KV 37% · 4 run 2 wait" in _text(value)
-        assert "req/s" in _text(panel.cells["router"][2])
+        # one line per endpoint (name, sparkline, values), not a widget per cell: see ServingPanel
+        spark, value = panel.spark_data("decode-0"), panel.line("decode-0")
+        assert spark[-4:] == [0.0, 0.0, 0.0, 0.0] and max(spark) > 100  # the history from core
+        assert value.startswith("decode-0") and "tok/s" in value and "KV 37% · 4 run 2 wa" in value
+        assert "req/s" in panel.line("router")
         errors = _text(app.screen.query_one("#sv-errors"))
         assert "timeout 3" in errors and "HTTP 504 ×3" in errors
         head = _text(app.screen.query_one("#run-head"))

@@ -31,6 +31,8 @@ if TYPE_CHECKING:
 WIDE = 140  # at this width and more the router/handshake/nodes panels sit beside the tables
 TAIL_LINES = 20
 TAIL_EVERY_S = 0.25
+REDRAW_SHARE = 0.25  # at most this share of the event loop goes to redrawing after state changes
+ALL_PARTS = frozenset(("procs", "cells", "pairs", "checks", "conns", "metrics", "run"))
 
 
 def run_context(app: ConsoleApp) -> str:
@@ -55,6 +57,11 @@ class RunScreen(Screen):
         self.tail_drawn_at = 0.0
         self.tail_name: str | None = None
         self.culprit: str | None = None
+        self.drawn_changes: dict[str, int] = {}  # LiveRun.changes as last drawn
+        self.redraws: dict[str, int] = {}  # panel -> times redrawn (tests: which events redraw what)
+        self.redraw_cost = 0.0  # seconds the last full redraw took
+        self.next_redraw_at = 0.0  # redraws are spaced so they never take more than REDRAW_SHARE of the loop
+        self._deferred = False
 
     @property
     def console(self) -> ConsoleApp:
@@ -120,6 +127,13 @@ class RunScreen(Screen):
         panel, at most four times a second (under a flood that is what keeps the console light)."""
         live = self.console.live
         if live is None or live is not self.shown or live.version != self.drawn_version:
+            now = time.monotonic()
+            if live is not None and live is self.shown and now < self.next_redraw_at:
+                # the last redraw was costly: keys get the loop first, the change is drawn a bit later
+                if not self._deferred:
+                    self._deferred = True
+                    self.set_timer(self.next_redraw_at - now, self._redraw_deferred)
+                return
             self.redraw()
             return
         now = time.monotonic()
@@ -137,6 +151,23 @@ class RunScreen(Screen):
         else:
             self.redraw(clock=True)
 
+    def _redraw_deferred(self) -> None:
+        self._deferred = False
+        self.run_updated()
+
+    def _dirty(self, live: LiveRun, clock: bool) -> frozenset[str]:
+        """The parts of the state changed since the last redraw (all of them for a new run, or a
+        change not told by an event such as the watcher ending)."""
+        if live is not self.shown:
+            return ALL_PARTS
+        dirty = frozenset(k for k, n in live.changes.items() if self.drawn_changes.get(k) != n)
+        if not clock and live.version != self.drawn_version and not dirty - {"metrics"}:
+            return ALL_PARTS
+        return dirty
+
+    def _counted(self, panel: str) -> None:
+        self.redraws[panel] = self.redraws.get(panel, 0) + 1
+
     # -- drawing ---------------------------------------------------------------------------------
     def redraw(self, clock: bool = False) -> None:
         """Everything from the run's state; `clock`: the state did not change since the last redraw,
@@ -152,6 +183,9 @@ class RunScreen(Screen):
             self.query_one("#run-empty", Static).update(self._empty_text())
             self.refresh_bindings()
             return
+        started = time.perf_counter()
+        dirty = self._dirty(live, clock)
+        self.drawn_changes = dict(live.changes)
         if live is not self.shown:
             self.shown, self.culprit, self.tail_name = live, None, None
             self.query_one(ServingPanel).reset()
@@ -169,7 +203,9 @@ class RunScreen(Screen):
         note = "tearing down…" if live.teardown_running else ""
         self.query_one(RunHeader).show(state, d, now, watching=live.watching, note=note)
         table = self.query_one(ProcessTable)
-        table.show(state, now, {n: live.pid(n) for n in state.procs})
+        if clock or dirty & {"procs", "run"}:
+            self._counted("procs")
+            table.show(state, now, {n: live.pid(n) for n in state.procs})
         if not table.touched:  # the process to look at, until the operator picks one
             if d.culprit:
                 table.select(d.culprit)
@@ -177,24 +213,33 @@ class RunScreen(Screen):
                 table.move_cursor(row=0, animate=False)
         self.culprit = d.culprit
         grid = self.query_one(BarrierGrid)
-        grid.show(state, d.blocking, now)
-        set_if_changed(self.query_one("#barrier-box"), "border_title",
-                       "Barrier · node × port" + (f" · {grid.summary}" if grid.summary else ""))
-        if not clock:
+        if clock or dirty & {"cells", "procs", "run"}:
+            self._counted("cells")
+            grid.show(state, d.blocking, now)
+            set_if_changed(self.query_one("#barrier-box"), "border_title",
+                           "Barrier · node × port" + (f" · {grid.summary}" if grid.summary else ""))
+        if not clock and dirty - {"metrics", "cells", "pairs"}:
             self.query_one(RouterPanel).show(state, now, node=run.plan.router.node, url=run.plan.router.url,
                                              model=run.recipe.model.client_name)
-        self.query_one(HandshakePanel).show(state, now)
-        set_if_changed(self.query_one("#pairs-box"), "border_subtitle",
-                       PAIR_LEGEND if len(state.pairs) >= MATRIX_FROM else "")
-        if not clock or live.metrics_version != self.metrics_drawn:
+        if clock or dirty & {"pairs", "procs", "run"}:
+            self._counted("pairs")
+            self.query_one(HandshakePanel).show(state, now)
+            set_if_changed(self.query_one("#pairs-box"), "border_subtitle",
+                           PAIR_LEGEND if len(state.pairs) >= MATRIX_FROM else "")
+        if "metrics" in dirty or live.metrics_version != self.metrics_drawn or (not clock and dirty & {"procs", "run"}):
+            self._counted("serving")
             self.metrics_drawn = live.metrics_version
             self.query_one("#serving-box").display = bool(state.metrics)
             if state.metrics:
                 self.query_one(ServingPanel).show(state)
-        self.query_one(NodesPanel).show(state, [n.name for n in run.plan.nodes], now, run.cluster.launcher)
+        if clock or dirty & {"conns", "procs", "run"}:
+            self._counted("nodes")
+            self.query_one(NodesPanel).show(state, [n.name for n in run.plan.nodes], now, run.cluster.launcher)
         self.query_one(WhyPanel).show(state, d)
         if not clock:
             self._draw_tail()
+        self.redraw_cost = time.perf_counter() - started
+        self.next_redraw_at = time.monotonic() + self.redraw_cost * (1 - REDRAW_SHARE) / REDRAW_SHARE
 
     def _draw_tail(self) -> None:
         live = self.console.live

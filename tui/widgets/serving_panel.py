@@ -10,8 +10,11 @@ from collections import deque
 
 from rich.style import Style
 from rich.text import Text
-from textual.containers import Horizontal, Vertical
-from textual.widgets import Sparkline, Static
+from textual.containers import Vertical
+from textual.geometry import Region, Size
+from textual.strip import Strip
+from textual.widget import Widget
+from textual.widgets import Static
 
 from ...core.run.events import HEALTH_STAGES, RunState
 from .quiet import update_quietly
@@ -45,38 +48,118 @@ def row_words(role: str, m: dict) -> str:
     return "no /metrics · router's count"
 
 
+class ServingRows(Widget):
+    """The endpoint rows, a line each, drawn line by line (the Line API): only the rows on screen are
+    rendered, and a changed row repaints only its own line."""
+
+    DEFAULT_CSS = "ServingRows { height: auto; width: 1fr; }"
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.texts: list[Text] = []
+        self._strips: dict[int, Strip] = {}
+
+    def set_rows(self, texts: list[Text]) -> None:
+        grew = len(texts) != len(self.texts)
+        changed = [y for y, t in enumerate(texts) if y >= len(self.texts) or self.texts[y] is not t]
+        self.texts = texts
+        for y in changed:
+            self._strips.pop(y, None)
+        if grew:
+            self._strips.clear()
+            self.refresh(layout=True)
+        else:
+            w = max(1, self.size.width)
+            for y in changed:
+                self.refresh(Region(0, y, w, 1))
+
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+        return len(self.texts)
+
+    def on_resize(self) -> None:
+        self._strips.clear()
+
+    def render_line(self, y: int) -> Strip:
+        strip = self._strips.get(y)
+        if strip is None:
+            width = self.size.width
+            if y >= len(self.texts):
+                return Strip.blank(width, self.rich_style)
+            strip = Strip(self.texts[y].render(self.app.console), self.texts[y].cell_len)
+            strip = strip.adjust_cell_length(width, self.rich_style).apply_style(self.rich_style)
+            self._strips[y] = strip
+        return strip
+
+
 class ServingPanel(Vertical):
-    COMPONENT_CLASSES = {"serving-panel--error"}
+    """Two widgets whatever the number of endpoints: the rows (one Static, a line per endpoint, its
+    sparkline drawn into the line) and the router's errors. A widget per row (129 rows x 4 widgets at
+    128 nodes) made every layout and screen update of the run view walk ~500 widgets: keys lagged by
+    hundreds of milliseconds while a large run served. A row's line is rebuilt only when its data
+    changed; the panel updates only when a line did."""
+
+    COMPONENT_CLASSES = {"serving-panel--error", "serving-panel--spark-min", "serving-panel--spark-max"}
     DEFAULT_CSS = """
     ServingPanel > .serving-panel--error { color: $text-error; }
+    ServingPanel > .serving-panel--spark-max { color: $primary; }
+    ServingPanel > .serving-panel--spark-min { color: $primary 30%; }
     ServingPanel { height: auto; }
-    ServingPanel > Horizontal { height: 1; }
-    ServingPanel .sv-name { width: 11; }
-    ServingPanel Sparkline { width: 14; height: 1; margin: 0 1 0 0; }
-    ServingPanel .sv-value { width: 1fr; }
     ServingPanel #sv-errors { height: auto; }
     """
+    NAME_W = 11
+    SPARK_W = 14  # and one column of margin after it
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.history: dict[str, deque] = {}
         self.seen: dict[str, float] = {}
         self.rows: list[str] = []
-        self.cells: dict[str, tuple[Static, Sparkline, Static]] = {}
+        self.lines: dict[str, tuple[tuple, Text]] = {}  # name -> (what the line shows, the line)
+        self._state: RunState | None = None
+        self.drawn = 0  # how many times the rows were redrawn (tests: a redraw happens only on a change)
 
     def compose(self):
+        yield ServingRows(id="sv-rows")
         yield Static("", id="sv-errors")
 
     def reset(self) -> None:
         self.history.clear()
         self.seen.clear()
-        for name in self.rows:
-            for w in self.query(f"#sv-row-{name}"):
-                w.remove()
         self.rows = []
-        self.cells = {}
+        self.lines = {}
+        self._state = None
+        self.query_one(ServingRows).set_rows([])
+
+    def line(self, name: str) -> str:
+        """The text of an endpoint's row as drawn (tests, screenshots)."""
+        return self.lines[name][1].plain if name in self.lines else ""
+
+    def spark_data(self, name: str) -> list[float]:
+        """The points an endpoint's sparkline shows."""
+        return list(self.lines[name][0][1]) if name in self.lines else []
+
+    def on_resize(self) -> None:
+        self.lines = {}  # cut again at the new width
+        if self._state is not None:
+            self.show(self._state)
+
+    def _spark(self, data: list[float]) -> Text:
+        from textual.renderables.sparkline import Sparkline as SparklineRenderable
+
+        _, base = self.background_colors
+        lo = base + self.get_component_styles("serving-panel--spark-min").color
+        hi = base + self.get_component_styles("serving-panel--spark-max").color
+        r = SparklineRenderable(data, width=self.SPARK_W, height=1, min_color=lo.rich_color, max_color=hi.rich_color,
+                                summary_function=max)
+        console = self.app.console
+        out = Text()
+        for seg in console.render(r, console.options.update(width=self.SPARK_W, height=1)):
+            if seg.text != "\n":
+                out.append(seg.text, seg.style)
+        return out
 
     def show(self, state: RunState) -> None:
+        self._state = state
         order = [n for n in state.procs if n in state.metrics]
         for name in order:
             m = state.metrics[name]
@@ -84,29 +167,37 @@ class ServingPanel(Vertical):
                 self.seen[name] = m.get("t", 0)
                 role = state.procs[name].role
                 self.history.setdefault(name, deque([0.0] * 2, maxlen=HISTORY)).append(rate_of(name, role, m)[0])
-        new = [n for n in order if n not in self.rows]
-        for name in new:
-            cells = (Static("", classes="sv-name"), Sparkline([], summary_function=max), Static("", classes="sv-value"))
-            self.cells[name] = cells
-            self.mount(Horizontal(*cells, id=f"sv-row-{name}"), before=self.query_one("#sv-errors"))
-            self.rows.append(name)
+        known = set(self.rows)
+        self.rows.extend(n for n in order if n not in known)
         err = self.get_component_rich_style("serving-panel--error", partial=True)
+        changed = False
+        width = self.size.width  # lines are cut here with an ellipsis (0 before the first layout: uncut)
         for name in self.rows:
             p = state.procs[name]
             m = state.metrics.get(name, {})
-            label, spark, val = self.cells[name]
             sick = p.stage in HEALTH_STAGES
-            update_quietly(label, Text(name, style=Style(bold=True) + err if sick else "bold"))
             core_hist = (m.get("history") or {}).get(rate_key(p.role, m)[0])
             data = list(core_hist) if core_hist else list(self.history.get(name, [0.0]))
-            if data != spark.data:
-                spark.data = data
             value, unit = rate_of(name, p.role, m)
             words = f"{value:,.0f} {unit}" if unit != "active" else f"{value:.0f} active"
             if unit == "req/s":
                 words = f"{value:.2f} {unit}"
-            update_quietly(val, Text(f"{words} · {row_words(p.role, m)}", style=err if sick else "", no_wrap=True,
-                                     overflow="ellipsis"), shape=1)  # one row (height 1)
+            key = (sick, tuple(data), words, row_words(p.role, m), width)
+            old = self.lines.get(name)
+            if old is not None and old[0] == key:
+                continue
+            changed = True
+            line = Text(no_wrap=True, overflow="ellipsis")
+            line.append(name[: self.NAME_W].ljust(self.NAME_W), Style(bold=True) + err if sick else "bold")
+            line.append_text(self._spark(data))
+            line.append(" ")
+            line.append(f"{words} · {key[3]}", style=err if sick else "")
+            if width:
+                line.truncate(width, overflow="ellipsis")
+            self.lines[name] = (key, line)
+        if changed:
+            self.drawn += 1
+            self.query_one(ServingRows).set_rows([self.lines[n][1] for n in self.rows])
         router = state.metrics.get("router", {})
         out = Text(no_wrap=False)
         if router.get("source") == "mesh":
