@@ -38,6 +38,30 @@ async def test_typing_in_the_open_screen_never_edits_the_design_underneath():
         assert (app.design, app.current_mode) == before
 
 
+async def test_keys_typed_on_the_list_before_the_box_has_focus_are_all_kept():
+    """Focus moves to the name box on a later turn of the event loop: keys that arrive before (fast typing,
+    a paste, a loaded machine) were each put in the box in place of the one before ('demo' became 'o')."""
+    from textual import events
+
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(pilot)
+        await pilot.press("ctrl+o")
+        screen = app.screen
+        assert isinstance(screen, StartScreen) and screen.focused.id == "recipes"
+        for ch in "demo":  # all in one turn of the loop, as a paste arrives
+            screen.on_key(events.Key(ch, ch))
+        await pilot.pause()
+        box = screen.query_one("#recipe-input", Input)
+        assert box.value == "demo" and screen.focused is box
+        await pilot.press(*"-2p1d")
+        assert box.value == "demo-2p1d"
+        screen.query_one("#recipes").focus()  # back on the list: a key starts a new name again
+        await pilot.pause()
+        await pilot.press("x")
+        assert box.value == "x"
+
+
 async def test_layout_letters_in_a_form_field_are_the_fields():
     app = make_app()
     async with app.run_test(size=SIZE) as pilot:

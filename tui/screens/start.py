@@ -47,6 +47,7 @@ class StartScreen(Screen[bool]):
         self.cluster, self.recipe, self.error = cluster, recipe, error
         self.clusters = shipped_clusters() if clusters is None else clusters
         self.recipes = shipped_recipes() if recipes is None else recipes
+        self._typing_into: Input | None = None  # the box keys typed on a list go to, until it has focus
 
     @property
     def console(self) -> ConsoleApp:
@@ -95,11 +96,18 @@ class StartScreen(Screen[bool]):
         if not isinstance(focused, OptionList) or not event.is_printable or not event.character:
             return
         box = self.query_one("#cluster-input" if focused.id == "clusters" else "#recipe-input", Input)
-        box.value = event.character
+        # the first key replaces the name in the box; focus moves to the box on a later turn of the loop,
+        # so keys typed (or pasted) before it lands are appended, never lost
+        box.value = box.value + event.character if self._typing_into is box else event.character
+        self._typing_into = box
         box.cursor_position = len(box.value)
         box.focus()
         event.stop()
         event.prevent_default()
+
+    def on_descendant_focus(self, event) -> None:
+        if isinstance(event.widget, OptionList):
+            self._typing_into = None  # back on a list: the next key starts a new name again
 
     @on(OptionList.OptionSelected, "#clusters")
     def cluster_selected(self, event: OptionList.OptionSelected) -> None:
