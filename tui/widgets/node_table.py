@@ -9,6 +9,7 @@ from rich.padding import Padding
 from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
+from textual._two_way_dict import TwoWayDict
 from textual.geometry import Size
 from textual.widgets import DataTable
 from textual.widgets._data_table import Row, RowKey
@@ -50,6 +51,43 @@ class Cell:
     __hash__ = None  # type: ignore[assignment]
 
 
+_NULL = Style()
+_NEWLINE = Text("\n")
+
+
+def cell_line(text: Text, width: int, pad: int, console) -> list[Segment] | None:
+    """The one line Rich draws for `Padding(text, (0, pad))` at `width` with no_wrap, for the plain
+    case (one line that fits, left/right/default justified), without Rich's layout machinery
+    (measure, wrap, split and crop: ~0.3 ms a cell, ~100 ms for a screenful of never-drawn rows at
+    2,000 nodes). None when the text is not the plain case; the caller then asks Rich.
+    tests/tui/test_nodes.py checks it against Rich segment for segment."""
+    inner = width - 2 * pad
+    plain = text.plain
+    justify = text.justify or "default"
+    length = text.cell_len
+    if inner < 0 or length > inner or "\n" in plain or "\t" in plain or justify not in ("default", "left", "right"):
+        return None
+    if justify == "right" and plain != plain.rstrip():  # Rich strips before it right-justifies
+        return None
+    excess = inner - length
+    if justify == "default" or not excess:
+        padded = text
+    else:
+        padded = text.copy()
+        if justify == "right":
+            padded.pad_left(excess)
+        else:
+            padded.pad_right(excess)
+        excess = 0
+    # as Text.__rich_console__ does: joining makes the text's own style a span that render applies
+    segments = [s for s in _NEWLINE.join([padded]).render(console, end="") if s.text]
+    if excess:
+        segments.append(Segment(" " * excess, _NULL))
+    if pad:
+        return [Segment(" " * pad, _NULL), *segments, Segment(" " * pad, _NULL)]
+    return segments
+
+
 class NodeTable(DataTable):
     """Rows keyed by node name. Unusable nodes are dimmed with core's verdict (node_verdict)."""
 
@@ -72,6 +110,9 @@ class NodeTable(DataTable):
         self._rows: list[tuple[str, list[Text]]] = []
         self._hay: list[str] = []  # each row's text, lower-case, for the filter
         self._drawn: list[int] | None = None
+        self._keys: list[RowKey] = []
+        self._row_data: list[dict] = []
+        self._row_objs: list[Row] = []
 
     def on_mount(self) -> None:
         for key, label in COLUMNS:
@@ -109,6 +150,11 @@ class NodeTable(DataTable):
             self._hay = [" ".join(c.plain for c in cells).lower() for _, cells in rows]
             self._set_columns(rows)
             self._rows = [(name, [Cell(c) for c in cells]) for name, cells in rows]
+            # DataTable's own records of each row, made once per inventory: a keystroke only picks them
+            ordered = self.ordered_columns
+            self._keys = [RowKey(name) for name, _ in self._rows]
+            self._row_data = [{column.key: cell for column, cell in zip(ordered, cells)} for _, cells in self._rows]
+            self._row_objs = [Row(key, 1, None, False) for key in self._keys]
             self._cells_key = key
             self._drawn = None
             if len(nodes) >= FREEZE_AT:
@@ -127,7 +173,7 @@ class NodeTable(DataTable):
         self._drawn = picked
         self.clear()
         self.shown = [self._rows[i][0] for i in picked]
-        self._add_rows([self._rows[i] for i in picked])
+        self._add_rows(picked)
         if keep in self.shown:
             # scroll now, before the first paint, so the rebuilt table is drawn once, not twice
             row = self.shown.index(keep)
@@ -137,23 +183,22 @@ class NodeTable(DataTable):
                 self.scroll_to(y=row - view // 2, animate=False, immediate=True, force=True)
             self.move_cursor(row=row, animate=False, scroll=row < view)
 
-    def _add_rows(self, rows: list[tuple[str, list[Cell]]]) -> None:
-        """DataTable.add_row for many one-line rows at once. add_row sets the cursor (a reactive, with
-        its watcher) and checks for idle once per row: ~0.1 ms a row, 200 ms when a backspace
-        brings 2,000 nodes back (py-spy: the filter's p95). The same bookkeeping, done once."""
-        ordered = self.ordered_columns
-        start = self.row_count
-        for i, (name, cells) in enumerate(rows):
-            key = RowKey(name)
-            self._row_locations[key] = start + i
-            self._data[key] = {column.key: cell for column, cell in zip(ordered, cells)}
-            self.rows[key] = Row(key, 1, None, False)
-            self._new_rows.add(key)
-        if not rows:
+    def _add_rows(self, picked: list[int]) -> None:
+        """DataTable.add_row for many one-line rows at once, into an empty table. add_row sets the
+        cursor (a reactive, with its watcher) and checks for idle once per row: ~0.1 ms a row, 200 ms
+        when a backspace brings 2,000 nodes back (py-spy: the filter's p95). The same bookkeeping, done
+        once, from the row records made with the cells (a few dict comprehensions a keystroke)."""
+        if not picked:
             return
+        keys = self._keys
+        self._row_locations = TwoWayDict({keys[i]: n for n, i in enumerate(picked)})
+        data, objs = self._row_data, self._row_objs
+        self._data.update({keys[i]: data[i] for i in picked})
+        self.rows.update({keys[i]: objs[i] for i in picked})
+        self._new_rows.update(keys[i] for i in picked)
         self._require_update_dimensions = True
         self.cursor_coordinate = self.cursor_coordinate
-        if start == 0 and self.columns and self.show_cursor and self.cursor_type != "none":
+        if self.columns and self.show_cursor and self.cursor_type != "none":
             self._highlight_cursor()
         self._update_count += 1
         self.check_idle()
@@ -170,8 +215,12 @@ class NodeTable(DataTable):
         if not isinstance(cell, Cell) or self.rows[row_key].height != 1:
             return super()._render_cell(row_index, column_index, base_style, width, cursor, hover)
         if cell.lines is None or cell.lines[0] != width:
-            options = self.app.console_options.update_dimensions(width, 1).update(no_wrap=True)
-            cell.lines = (width, self.app.console.render_lines(Padding(cell, (0, self.cell_padding)), options))
+            line = cell_line(cell.text, width, self.cell_padding, self.app.console)
+            if line is None:  # something cell_line does not lay out: Rich does
+                options = self.app.console_options.update_dimensions(width, 1).update(no_wrap=True)
+                cell.lines = (width, self.app.console.render_lines(Padding(cell, (0, self.cell_padding)), options))
+            else:
+                cell.lines = (width, [line])
         component_style, post_style = self._get_styles_to_render_cell(
             False, False, False, hover, cursor, self.show_cursor, self._show_hover_cursor,
             self.cursor_foreground_priority == "css", self.cursor_background_priority == "css")
