@@ -13,6 +13,7 @@ from atomdeck.tui.screens.dialogs import InputDialog
 from atomdeck.tui.screens.logs import LogScreen
 from atomdeck.tui.screens.run import RunScreen
 from atomdeck.tui.widgets.barrier_grid import BarrierGrid
+from atomdeck.tui.widgets.log_lines import LogLines
 from textual.widgets import Input
 
 from .conftest import make_app
@@ -33,8 +34,9 @@ async def open_log(pilot, scenario: str = "hung", name: str = "decode-0"):
     app.switch_mode("run")
     await pilot.pause()
     app.runs.open_logs([name])
-    await pilot.pause()
-    assert isinstance(app.screen, LogScreen)
+    # the log screen composes on a later turn of the loop (later still on a loaded machine)
+    await until(pilot, lambda: isinstance(app.screen, LogScreen) and app.screen.query(LogLines),
+                what="the log screen and its lines")
     return run, app.screen, app.screen.logview
 
 

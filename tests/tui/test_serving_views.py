@@ -55,7 +55,8 @@ async def test_the_serving_panel_has_a_row_and_sparkline_per_endpoint(size):
         # one line per endpoint (name, sparkline, values), not a widget per cell: see ServingPanel
         spark, value = panel.spark_data("decode-0"), panel.line("decode-0")
         assert spark[-4:] == [0.0, 0.0, 0.0, 0.0] and max(spark) > 100  # the history from core
-        assert value.startswith("decode-0") and "tok/s" in value and "KV 37% · 4 run 2 wa" in value
+        assert value.startswith("decode-0") and "tok/s" in value and "KV 37% · 4 run 2 wait" in value  # the sparklines give way first
+        assert "0 run 0 wait" in panel.line("prefill-0")
         assert "req/s" in panel.line("router")
         errors = _text(app.screen.query_one("#sv-errors"))
         assert "timeout 3" in errors and "HTTP 504 ×3" in errors

@@ -108,6 +108,7 @@ class ServingPanel(Vertical):
     """
     NAME_W = 11
     SPARK_W = 14  # and one column of margin after it
+    MIN_SPARK_W = 3
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
@@ -143,17 +144,19 @@ class ServingPanel(Vertical):
         if self._state is not None:
             self.show(self._state)
 
-    def _spark(self, data: list[float]) -> Text:
+    def _spark(self, data: list[float], spark_w: int | None = None) -> Text:
         from textual.renderables.sparkline import Sparkline as SparklineRenderable
+
+        spark_w = spark_w or self.SPARK_W
 
         _, base = self.background_colors
         lo = base + self.get_component_styles("serving-panel--spark-min").color
         hi = base + self.get_component_styles("serving-panel--spark-max").color
-        r = SparklineRenderable(data, width=self.SPARK_W, height=1, min_color=lo.rich_color, max_color=hi.rich_color,
+        r = SparklineRenderable(data, width=spark_w, height=1, min_color=lo.rich_color, max_color=hi.rich_color,
                                 summary_function=max)
         console = self.app.console
         out = Text()
-        for seg in console.render(r, console.options.update(width=self.SPARK_W, height=1)):
+        for seg in console.render(r, console.options.update(width=spark_w, height=1)):
             if seg.text != "\n":
                 out.append(seg.text, seg.style)
         return out
@@ -172,26 +175,33 @@ class ServingPanel(Vertical):
         err = self.get_component_rich_style("serving-panel--error", partial=True)
         changed = False
         width = self.size.width  # lines are cut here with an ellipsis (0 before the first layout: uncut)
+        rows = []
         for name in self.rows:
             p = state.procs[name]
             m = state.metrics.get(name, {})
-            sick = p.stage in HEALTH_STAGES
             core_hist = (m.get("history") or {}).get(rate_key(p.role, m)[0])
             data = list(core_hist) if core_hist else list(self.history.get(name, [0.0]))
             value, unit = rate_of(name, p.role, m)
             words = f"{value:,.0f} {unit}" if unit != "active" else f"{value:.0f} active"
             if unit == "req/s":
                 words = f"{value:.2f} {unit}"
-            key = (sick, tuple(data), words, row_words(p.role, m), width)
+            rows.append((name, p.stage in HEALTH_STAGES, data, f"{words} · {row_words(p.role, m)}"))
+        # the words matter more than the sparklines' length: they give up columns (down to MIN_SPARK_W, all
+        # rows alike so they stay aligned) before a row is cut, so a narrow panel still shows what waits
+        longest = max((len(r[3]) for r in rows), default=0)
+        spark_w = max(self.MIN_SPARK_W, min(self.SPARK_W, width - self.NAME_W - 1 - longest)) if width \
+            else self.SPARK_W
+        for name, sick, data, text in rows:
+            key = (sick, tuple(data), text, width, spark_w)
             old = self.lines.get(name)
             if old is not None and old[0] == key:
                 continue
             changed = True
             line = Text(no_wrap=True, overflow="ellipsis")
             line.append(name[: self.NAME_W].ljust(self.NAME_W), Style(bold=True) + err if sick else "bold")
-            line.append_text(self._spark(data))
+            line.append_text(self._spark(data, spark_w))
             line.append(" ")
-            line.append(f"{words} · {key[3]}", style=err if sick else "")
+            line.append(text, style=err if sick else "")
             if width:
                 line.truncate(width, overflow="ellipsis")
             self.lines[name] = (key, line)
