@@ -12,6 +12,7 @@ from rich.console import Console
 from textual.widgets import Input, Select
 
 from .conftest import SIZE, make_app, ready
+from .runhelpers import until
 
 
 def picture_text(app) -> str:
@@ -107,11 +108,12 @@ async def test_aggregate_mode_waits_for_the_worker_count_it_needs():
         await pilot.press("2")
         assert [k for k in app.screen.query("FooterKey") if k.action.startswith("assign")]
         app.screen.query_one("#f-mode", Select).value = "aggregate"
-        await pilot.pause()
         err = app.screen.query_one("#err-f-mode")
-        assert "aggregate.workers" in str(err.render()) and app.design.recipe.mode == "disagg"
         workers = app.screen.query_one("#f-aggregate-workers", Input)
-        assert workers.display and workers.region.height  # the fields it needs are shown
+        # the fields it needs are shown (laid out on a later turn of the loop: wait for it)
+        await until(pilot, lambda: "aggregate.workers" in str(err.render()) and workers.display
+                    and workers.region.height, what="the aggregate fields shown")
+        assert app.design.recipe.mode == "disagg"
         await type_into(pilot, "f-aggregate-workers", "2")
         assert app.design.recipe.mode == "aggregate" and app.design.recipe.aggregate.workers == 2
         assert app.assessment.plan.shape == "2x agg TP8"

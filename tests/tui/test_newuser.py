@@ -188,9 +188,10 @@ async def test_every_run_panel_is_reachable_by_a_key_at_100x30():
         await app.workers.wait_for_complete()
         app.runs.attach(fake_run("hung", "demo-2p1d"), watch=False)
         app.switch_mode("run")
-        await until(pilot, lambda: app.screen.query("FooterKey") and app.screen.query_one("#router-box").region)
-        footer = {k.action: k for k in app.screen.query("FooterKey")}
-        assert "panel('router-box')" in footer  # the footer says which keys
+        # the footer says which keys (it is recomposed once the run view's bindings are in: wait for them)
+        await until(pilot, lambda: app.screen.query("#router-box") and app.screen.query_one("#router-box").region
+                    and "panel('router-box')" in
+                    {k.action for k in app.screen.query("FooterKey")}, what="the panel keys in the footer")
         screen_box = app.screen.region
         for key, box in (("r", "router-box"), ("k", "pairs-box"), ("n", "nodes-box"), ("w", "why-box"),
                          ("p", "procs-box")):
