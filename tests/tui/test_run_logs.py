@@ -269,7 +269,7 @@ async def test_opening_another_run_does_not_show_the_previous_runs_log():
         await pilot.pause()
         app.runs.open_run(other.id)
         await app.workers.wait_for_complete()
-        await pilot.pause()
+        await until(pilot, lambda: isinstance(app.screen, RunScreen) and app.screen.query("#proc-table"),
+                    what="the run view of the other run")
         assert app.live.id == other.id
-        assert isinstance(app.screen, RunScreen), app.screen
         assert app.screen.query_one("#proc-table").display
