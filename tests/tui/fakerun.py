@@ -109,17 +109,7 @@ def fake_run(scenario: str = "serving", recipe: str = "demo-1p1d", run_id: str |
     def at(dt: float, kind: str, name: str = "", value: str = "", detail: str = "", **data) -> None:
         run.emit(Event(kind, name, value, detail, data, T0 + dt))
 
-    at(0.0, "run", value="launching", detail=f"{plan.shape} on local")
-    for i, p in enumerate(a.processes):
-        pid = PIDS.get(p.name, 41220 + i)
-        h = ProcHandle(p.name, p.node, p.host, "local", pid=pid, log_path=str(rd.log_path(p.name)),
-                       exit_path=str(rd.path / "logs" / f"{p.name}.exit"))
-        run.handles[p.name] = h
-        rd.save_handle(h)
-        at(0.05, "proc.started", p.name, detail=f"pid {pid} on {p.node}", pid=pid, node=p.node)
-    at(0.06, "run", value="starting", detail=f"{len(a.processes)} processes started")
-    for c in plan.barrier:
-        at(0.07, "cell", f"{c.node}:{c.port}", "refused")
+    started(run, rd, a.processes, at, lambda i, name: PIDS.get(name, 41220 + i))
     workers = [p for p in a.processes if p.role != "router"]
     broken = "decode-0" if scenario in ("hung", "crashed") else None
     for i, p in enumerate(workers):
@@ -224,3 +214,20 @@ def fake_run(scenario: str = "serving", recipe: str = "demo-1p1d", run_id: str |
         p.last_line_at = T0 + 1.0
         run.offsets[name] = rd.log_path(name).stat().st_size  # as if a console had read them all
     return run
+
+
+def started(run, rd, processes, at, pid_of) -> None:
+    """The opening every fake run shares: launching, each process's handle saved and started (pid_of(i,
+    name) gives its made-up PID), starting, every barrier cell refused."""
+    plan = run.plan
+    at(0.0, "run", value="launching", detail=f"{plan.shape} on local")
+    for i, p in enumerate(processes):
+        pid = pid_of(i, p.name)
+        h = ProcHandle(p.name, p.node, p.host, "local", pid=pid, log_path=str(rd.log_path(p.name)),
+                       exit_path=str(rd.path / "logs" / f"{p.name}.exit"))
+        run.handles[p.name] = h
+        rd.save_handle(h)
+        at(0.05, "proc.started", p.name, detail=f"pid {pid} on {p.node}", pid=pid, node=p.node)
+    at(0.06, "run", value="starting", detail=f"{len(processes)} processes started")
+    for c in plan.barrier:
+        at(0.07, "cell", f"{c.node}:{c.port}", "refused")

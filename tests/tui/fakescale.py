@@ -16,10 +16,14 @@ from atomdeck.core.config.cluster import parse_cluster
 from atomdeck.core.config.paths import catalog_path
 from atomdeck.core.config.recipe import parse_recipe
 from atomdeck.core.design.workspace import Workspace
-from atomdeck.core.launch.base import ProcHandle
 from atomdeck.core.run.events import Event, new_state
 from atomdeck.core.run.run import Run
 from atomdeck.core.run.rundir import RunDir
+
+try:
+    from .fakerun import started
+except ImportError:  # run as a script's sibling module (make_screenshots.py)
+    from fakerun import started  # type: ignore[no-redef]
 
 LAUNCHED = datetime(2025, 1, 1, 11, 59, 20)  # 40 s before the tests' frozen clock (12:00:00)
 NODES = 128
@@ -63,17 +67,7 @@ def fake_scale_run(n: int = NODES, run_id: str = "20250101-115920-scale-64p64d-k
     def at(dt: float, kind: str, name: str = "", value: str = "", detail: str = "", **data) -> None:
         run.emit(Event(kind, name, value, detail, data, T0 + dt))
 
-    at(0.0, "run", value="launching", detail=f"{plan.shape} on local")
-    for i, p in enumerate(a.processes):
-        pid = 50000 + i
-        h = ProcHandle(p.name, p.node, p.host, "local", pid=pid, log_path=str(rd.log_path(p.name)),
-                       exit_path=str(rd.path / "logs" / f"{p.name}.exit"))
-        run.handles[p.name] = h
-        rd.save_handle(h)
-        at(0.05, "proc.started", p.name, detail=f"pid {pid} on {p.node}", pid=pid, node=p.node)
-    at(0.06, "run", value="starting", detail=f"{len(a.processes)} processes started")
-    for c in plan.barrier:
-        at(0.07, "cell", f"{c.node}:{c.port}", "refused")
+    started(run, rd, a.processes, at, lambda i, name: 50000 + i)
     workers = [p for p in a.processes if p.role != "router"]
     for i, p in enumerate(workers):
         at(1.0 + 0.01 * i, "proc.stage", p.name, "loading")
