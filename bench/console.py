@@ -236,6 +236,9 @@ def node_filter(n: int = 2000, typed: str = "10.7.1") -> dict:
             term.start(f"{ATOMDECK} tui --offline --cluster {tmp / 'big.yaml'} --recipe demo-1p1d")
             term.wait_for("node-0000", timeout=30)
             term.keys("/")
+            # the box shows once "/" was handled, its focus queued before the redraw: a key sent before
+            # that went to the table (the app drops keys typed before the box has focus)
+            term.wait_for("filter nodes:", timeout=20)
             term.attach_control()
             states = [typed[:i] for i in range(1, len(typed) + 1)] + [typed[:i] for i in range(len(typed) - 1, 0, -1)]
             keys = list(typed) + ["BSpace"] * (len(typed) - 1)
