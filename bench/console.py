@@ -14,157 +14,33 @@ from __future__ import annotations
 
 import os
 import re
-import select
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
 
-from common import BENCH, ROOT, pct  # noqa: F401 - BENCH/ROOT put the checkout on sys.path
+from common import (
+    ATOMDECK,
+    ConsoleProcs,
+    Term,
+    console_in_tmux,
+    console_pid,
+    cpu_s,
+    down_runs,
+    launch_to_serving,
+    pct,
+    rss_mb,
+    state_env,
+    tear_down_from_console,
+    watcher_pid,
+)
 
-ATOMDECK = Path(sys.executable).parent / "atomdeck"
+# flood() calls these by the names it always had (another change to flood is under way: its body stays as it was)
+_state_env, _console_pid, _watcher_pid, _cpu_s, _rss_mb = state_env, console_pid, watcher_pid, cpu_s, rss_mb
+_down_all = down_runs  # `atomdeck down` each run, checked by its state; no kill by a recorded PID any more
 GOALS = {"first_frame_s": 1.0, "key_p95_s": 0.05, "rss_mb": 300, "filter_s": 0.05, "idle_cpu_pct": 5}  # issue 19
-
-
-# -- tmux --------------------------------------------------------------------------------------------
-class Term:
-    """One tmux server of our own (-L unique socket), killed at the end."""
-
-    def __init__(self, workdir: Path, env: dict[str, str]):
-        self.sock = f"atomdeck-bench-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-        self.workdir = workdir
-        self.env = env
-        self.control: subprocess.Popen | None = None
-
-    def __call__(self, *args: str) -> str:
-        env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
-        return subprocess.run(["tmux", "-L", self.sock, *args], capture_output=True, text=True, env=env,
-                              timeout=30).stdout
-
-    def start(self, command: str, size=(160, 50)) -> None:
-        env = " ".join(f"{k}={v}" for k, v in self.env.items())
-        self("new-session", "-d", "-s", "s", "-x", str(size[0]), "-y", str(size[1]), "-c", str(self.workdir),
-             f"env -u COLUMNS -u LINES TERM=xterm-256color {env} {command}")
-        # a control-mode client attaching later must not resize the window (it would be 80x24)
-        self("set-option", "-t", "s", "window-size", "manual")
-        self("set-option", "-s", "escape-time", "0")  # Escape then D must not become Alt+D
-
-    def screen(self) -> str:
-        return self("capture-pane", "-p", "-t", "s")
-
-    def wait_for(self, text: str, timeout: float = 60.0, every: float = 0.01) -> float:
-        t0 = time.monotonic()
-        while time.monotonic() - t0 < timeout:
-            if text in self.screen():
-                return time.monotonic()
-            time.sleep(every)
-        raise RuntimeError(f"'{text}' never appeared:\n{self.screen()}")
-
-    def keys(self, *keys: str) -> None:
-        for k in keys:
-            self("send-keys", "-t", "s", k)
-            time.sleep(0.2)
-
-    def pane_pid(self) -> int:
-        return int(self("display-message", "-p", "-t", "s", "#{pane_pid}").strip())
-
-    # control mode: a client that prints every byte the pane outputs as it happens
-    def attach_control(self) -> None:
-        env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
-        self.control = subprocess.Popen(["tmux", "-L", self.sock, "-C", "attach", "-t", "s"], stdin=subprocess.PIPE,
-                                        stdout=subprocess.PIPE, env=env, bufsize=0)
-        self._buf = b""
-        time.sleep(0.3)
-        self._drain(0.2)
-
-    def _drain(self, seconds: float) -> bytes:
-        assert self.control is not None and self.control.stdout is not None
-        out = b""
-        end = time.monotonic() + seconds
-        fd = self.control.stdout.fileno()
-        while True:
-            left = end - time.monotonic()
-            if left <= 0:
-                return out
-            r, _, _ = select.select([fd], [], [], left)
-            if r:
-                out += os.read(fd, 1 << 20)
-
-    def press_until(self, key: str, pattern: re.Pattern, timeout: float = 5.0, every: float = 0.02) -> float:
-        """Send a key through the control client; seconds until the pane shows `pattern`: seen in the
-        pane's output as it arrives, or (when a redraw rewrote only part of a line) in a capture of
-        the screen, taken at most every `every` seconds while output keeps coming."""
-        assert self.control is not None and self.control.stdin is not None and self.control.stdout is not None
-        self._drain(0)  # forget output that came before the key
-        fd = self.control.stdout.fileno()
-        t0 = time.monotonic()
-        self.control.stdin.write(_send(key))
-        seen = b""
-        captured = t0
-        while time.monotonic() - t0 < timeout:
-            r, _, _ = select.select([fd], [], [], every)
-            if r:
-                seen = (seen + os.read(fd, 1 << 20))[-8192:]
-                # %output lines carry the pane's bytes, escapes as \ooo octal: match the plain text
-                if pattern.search(seen.decode("utf-8", "replace")):
-                    return time.monotonic() - t0
-            if time.monotonic() - captured >= every:
-                captured = time.monotonic()
-                if pattern.search(self.screen()):
-                    return time.monotonic() - t0
-        raise RuntimeError(f"no output matching {pattern.pattern} within {timeout}s")
-
-    def press_until_screen(self, key: str, check, timeout: float = 5.0) -> float:
-        """Send a key; seconds until the captured screen passes `check` (looked at whenever the pane
-        printed something)."""
-        assert self.control is not None and self.control.stdin is not None and self.control.stdout is not None
-        self._drain(0)
-        fd = self.control.stdout.fileno()
-        t0 = time.monotonic()
-        self.control.stdin.write(_send(key))
-        while time.monotonic() - t0 < timeout:
-            r, _, _ = select.select([fd], [], [], 0.05)
-            if r:
-                os.read(fd, 1 << 20)
-            if check(self.screen()):
-                return time.monotonic() - t0
-        raise RuntimeError(f"the screen never passed the check within {timeout}s:\n{self.screen()}")
-
-    def _close_control(self) -> None:
-        if self.control is not None:
-            try:
-                self.control.stdin.close()  # type: ignore[union-attr]
-            except OSError:
-                pass
-            self.control.kill()
-            self.control.wait()
-            self.control = None
-
-    def detach_control(self) -> None:
-        if self.control is not None:
-            self._close_control()
-            time.sleep(0.3)
-
-    def kill(self) -> None:
-        self._close_control()
-        self("kill-server")
-        (Path(f"/tmp/tmux-{os.getuid()}") / self.sock).unlink(missing_ok=True)
-
-
-def _send(key: str) -> bytes:
-    """A control-mode send-keys command: one character literally (so '-' or '/' are not options or
-    key names), or a tmux key name such as BSpace or Escape."""
-    if len(key) == 1:
-        return f"send-keys -t s -l '{key}'\n".encode() if key != "'" else b"send-keys -t s -l \"'\"\n"
-    return f"send-keys -t s {key}\n".encode()
-
-
-def _state_env(tmp: Path, **extra: str) -> dict[str, str]:
-    return {"XDG_STATE_HOME": str(tmp / "state"), "XDG_CONFIG_HOME": str(tmp / "config"), **extra}
 
 
 # -- (a) first frame ---------------------------------------------------------------------------------
@@ -172,7 +48,7 @@ def first_frame(reps: int = 5) -> dict:
     times = []
     for _ in range(reps):
         with tempfile.TemporaryDirectory() as d:
-            term = Term(Path(d), _state_env(Path(d)))
+            term = Term(Path(d), state_env(Path(d)))
             try:
                 t0 = time.monotonic()
                 term.start(str(ATOMDECK))
@@ -201,88 +77,6 @@ aggregate: {workers: 8, tp: 8, env: {ATOMSIM_FLOOD: "2000"}}
 router: {policy: round_robin}
 health: {worker_timeout_s: 120, router_timeout_s: 60, smoke_timeout_s: 30}
 """
-
-
-def _rss_mb(pid: int) -> float:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return 0.0
-
-
-def _console_pid(pane_pid: int) -> int:
-    """The atomdeck process: the pane's process, or its child if a shell stayed in between."""
-    pid = pane_pid
-    for _ in range(3):
-        if "atomdeck" in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace"):
-            return pid
-        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-        if not children:
-            break
-        pid = int(children[0])
-    return pane_pid
-
-
-def _down_all(env: dict[str, str]) -> None:
-    """Tear down every run in this benchmark's state directory and check by PID that nothing is left;
-    what a teardown left behind (it never should) is stopped by its process group."""
-    import json
-    import signal
-
-    runs = Path(env["XDG_STATE_HOME"]) / "atomdeck" / "runs"
-    for rd in sorted(runs.glob("*")) if runs.is_dir() else []:
-        subprocess.run([str(ATOMDECK), "down", rd.name], capture_output=True, timeout=120, env={**os.environ, **env})
-        for f in (rd / "procs").glob("*.json"):
-            pid = json.loads(f.read_text()).get("pid")
-            if pid and _group_alive(pid):
-                print(f"bench: {rd.name} left {f.stem} (pgid {pid}); stopping it", file=sys.stderr)
-                os.killpg(pid, signal.SIGKILL)
-
-
-def _group_alive(pgid: int) -> bool:
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
-                return True
-    return False
-
-
-def _children(pid: int) -> list[int]:
-    out = []
-    for t in Path(f"/proc/{pid}/task").glob("*"):
-        try:
-            out += [int(c) for c in (t / "children").read_text().split()]
-        except OSError:
-            pass
-    return out
-
-
-def _watcher_pid(console: int) -> int | None:
-    """The console's watcher process (core's Run.watch runs there, see core/cli/watcher.py)."""
-    for c in _children(console):
-        try:
-            if b"atomdeck.core.cli.watcher" in Path(f"/proc/{c}/cmdline").read_bytes():
-                return c
-        except OSError:
-            pass
-    return None
-
-
-def _cpu_s(pid: int | None) -> float:
-    if not pid:
-        return 0.0
-    try:
-        f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _gaps(log: Path) -> tuple[int, int]:
@@ -381,41 +175,19 @@ def idle_serving(seconds: float = 30.0) -> dict:
     (health checks and metrics scrapes go on underneath). Issue 14's goal: console < 5 % of a core."""
     from atomdeck.core.run.run import Run
 
-    with tempfile.TemporaryDirectory() as d:
-        tmp = Path(d)
-        env = _state_env(tmp, ATOMDECK_SIM_SPEED="20")
-        term = Term(tmp, env)
-        old_state = os.environ.get("XDG_STATE_HOME")
-        os.environ["XDG_STATE_HOME"] = env["XDG_STATE_HOME"]
-        try:
-            term.start(f"{ATOMDECK} tui --recipe demo-2p1d")
-            term.wait_for("1 Nodes", timeout=20)
-            term.wait_for("demo-n01", timeout=20)
-            term.keys("3", "L", "y")
-            term.wait_for("SERVING", timeout=90)
-            time.sleep(5)  # the smoke request and the first scrapes are over
-            pid = _console_pid(term.pane_pid())
-            watcher = _watcher_pid(pid)
-            cpu0 = (_cpu_s(pid), _cpu_s(watcher), time.monotonic())
-            time.sleep(seconds)
-            elapsed = time.monotonic() - cpu0[2]
-            cpu = (100 * (_cpu_s(pid) - cpu0[0]) / elapsed, 100 * (_cpu_s(watcher) - cpu0[1]) / elapsed)
-            still = "SERVING" in term.screen()
-            run_id = Run.list()[-1]["id"]
-            term.keys("D")
-            term.wait_for("Tear down run", timeout=10)
-            term.keys("y")
-            term.wait_for("verified clean", timeout=60)
-            term.keys("Escape", "q")
-            return {"seconds": round(elapsed, 1), "run": run_id, "console_cpu_pct": round(cpu[0], 1),
-                    "watcher_cpu_pct": round(cpu[1], 1), "serving_throughout": still}
-        finally:
-            term.kill()
-            _down_all(env)
-            if old_state is None:
-                os.environ.pop("XDG_STATE_HOME", None)
-            else:
-                os.environ["XDG_STATE_HOME"] = old_state
+    with tempfile.TemporaryDirectory() as d, \
+            console_in_tmux(Path(d), f"{ATOMDECK} tui --recipe demo-2p1d", ATOMDECK_SIM_SPEED="20") as term:
+        launch_to_serving(term, "demo-n01")
+        time.sleep(5)  # the smoke request and the first scrapes are over
+        procs = ConsoleProcs(term)
+        mark = procs.cpu_s()
+        time.sleep(seconds)
+        console_cpu, watcher_cpu, elapsed = procs.cpu_pct_since(mark)
+        still = "SERVING" in term.screen()
+        run_id = Run.list()[-1]["id"]
+        tear_down_from_console(term)
+        return {"seconds": round(elapsed, 1), "run": run_id, "console_cpu_pct": round(console_cpu, 1),
+                "watcher_cpu_pct": round(watcher_cpu, 1), "serving_throughout": still}
 
 
 # -- (c) node filter -----------------------------------------------------------------------------------
@@ -458,12 +230,15 @@ def node_filter(n: int = 2000, typed: str = "10.7.1") -> dict:
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         (tmp / "big.yaml").write_text(_big_cluster(n))
-        term = Term(tmp, _state_env(tmp))
+        term = Term(tmp, state_env(tmp))
         times: list[float] = []
         try:
             term.start(f"{ATOMDECK} tui --offline --cluster {tmp / 'big.yaml'} --recipe demo-1p1d")
             term.wait_for("node-0000", timeout=30)
             term.keys("/")
+            # the box shows once "/" was handled, its focus queued before the redraw: a key sent before
+            # that went to the table (the app drops keys typed before the box has focus)
+            term.wait_for("filter nodes:", timeout=20)
             term.attach_control()
             states = [typed[:i] for i in range(1, len(typed) + 1)] + [typed[:i] for i in range(len(typed) - 1, 0, -1)]
             keys = list(typed) + ["BSpace"] * (len(typed) - 1)

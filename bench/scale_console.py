@@ -22,15 +22,23 @@ from __future__ import annotations
 import json
 import os
 import re
-import select
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from common import pct, save
-from console import ATOMDECK, Term, _console_pid, _cpu_s, _rss_mb, _send, _state_env, _watcher_pid
+from common import (
+    ATOMDECK,
+    ConsoleProcs,
+    NotShown,
+    Term,
+    console_in_tmux,
+    pct,
+    save,
+    tear_down_from_console,
+    tree_rss_mb,
+)
 
 GOALS = {"key_p95_s": 0.05, "rss_mb": 300, "console_cpu_pct": 10}
 TITLE = re.compile(r"Last lines \S (\S+) on ")
@@ -58,72 +66,15 @@ health: {{worker_timeout_s: 600, router_timeout_s: 300, smoke_timeout_s: 60}}
 """
 
 
-def down_runs(env: dict[str, str]) -> None:
-    """`atomdeck down` every run in this benchmark's state directory (a no-op for one torn down already).
-    Not console.py's _down_all, which also SIGKILLs any process group still carrying a recorded PID:
-    with pid_max 32768 and hundreds of processes started, that PID may be someone else's by then."""
-    import subprocess
-
-    runs = Path(env["XDG_STATE_HOME"]) / "atomdeck" / "runs"
-    for rd in sorted(runs.glob("*")) if runs.is_dir() else []:
-        r = subprocess.run([str(ATOMDECK), "down", rd.name], capture_output=True, text=True, timeout=300,
-                           env={**os.environ, **env})
-        if r.returncode != 0:
-            print(f"bench: atomdeck down {rd.name} exited {r.returncode}: {(r.stdout + r.stderr)[-500:]}",
-                  file=sys.stderr)
-
-
-def _tree_rss_mb(pid: int) -> float:
-    total, todo, seen = 0.0, [pid], set()
-    while todo:
-        p = todo.pop()
-        if p in seen:
-            continue
-        seen.add(p)
-        total += _rss_mb(p)
-        try:
-            for t in Path(f"/proc/{p}/task").iterdir():
-                todo += [int(c) for c in (t / "children").read_text().split()]
-        except OSError:
-            pass
-    return total
-
-
-class Keys(Term):
-    """Term with a key timer that forgets earlier output before it sends the key (reads what is
-    waiting until nothing is), so an old redraw cannot match."""
-
-    def forget(self) -> None:
-        assert self.control is not None and self.control.stdout is not None
-        fd = self.control.stdout.fileno()
-        end = time.monotonic() + 1.0  # a pane that never stops printing: forget for a second at most
-        while select.select([fd], [], [], 0)[0] and time.monotonic() < end:
-            if not os.read(fd, 1 << 20):
-                return
-
-    def press_shows(self, key: str, text: str, timeout: float = 5.0, every: float = 0.02) -> float | None:
-        """Seconds from sending `key` to the pane showing `text` (in its output as it arrives, or in a
-        capture of the screen taken at most every `every` s); None if it never did."""
-        assert self.control is not None and self.control.stdin is not None and self.control.stdout is not None
-        self.forget()
-        fd = self.control.stdout.fileno()
-        t0 = time.monotonic()
-        self.control.stdin.write(_send(key))
-        seen = ""
-        captured = t0
-        while time.monotonic() - t0 < timeout:
-            if select.select([fd], [], [], every)[0]:
-                seen = (seen + os.read(fd, 1 << 20).decode("utf-8", "replace"))[-16384:]
-                if text in seen:
-                    return time.monotonic() - t0
-            if time.monotonic() - captured >= every:
-                captured = time.monotonic()
-                if text in self.screen():
-                    return time.monotonic() - t0
+def press_shows(term: Term, key: str, text: str) -> float | None:
+    """Seconds from sending `key` to the pane showing `text` (Term.press_until); None if it never did."""
+    try:
+        return term.press_until(key, text)
+    except NotShown:
         return None
 
 
-def _step(term: Keys, names: list[str]) -> tuple[str, str] | None:
+def _step(term: Term, names: list[str]) -> tuple[str, str] | None:
     """The next key and the name it brings on screen: down, or up at the last row."""
     m = TITLE.search(term.screen())
     if not m or m.group(1) not in names:
@@ -141,122 +92,110 @@ def _summary(lat: list[float], missed: int) -> dict:
 
 
 def scale(n: int = 128, speed: str = "20", serving_presses: int = 30, idle_s: float = 20.0, gap: float = 0.25) -> dict:
-    from atomdeck.core.run.run import Run
-
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         (tmp / "scale.yaml").write_text(cluster_yaml(n))
         (tmp / "scale-recipe.yaml").write_text(recipe_yaml(n))
-        env = _state_env(tmp, ATOMDECK_SIM_SPEED=speed)
-        term = Keys(tmp, env)
-        old_state = os.environ.get("XDG_STATE_HOME")
-        os.environ["XDG_STATE_HOME"] = env["XDG_STATE_HOME"]
         out: dict = {"nodes": n, "processes": n + 1, "sim_speed": speed}
         rss: list[tuple[float, float]] = []
-        try:
-            term.start(f"{ATOMDECK} tui --cluster {tmp / 'scale.yaml'} --recipe {tmp / 'scale-recipe.yaml'}")
-            term.wait_for("1 Nodes", timeout=30)
-            term.wait_for("s000", timeout=30)
-            term.keys("3")
-            term.wait_for(f"{n + 1} processes on {n} nodes", timeout=60)  # the preview is drawn
-            term.keys("L")
-            term.wait_for("Launch this deployment?", timeout=30)
-            console = _console_pid(term.pane_pid())
-            term.attach_control()
-            t_launch = time.monotonic()
-            term.control.stdin.write(_send("y"))  # type: ignore[union-attr]
-            term.wait_for("PROCESS", timeout=120, every=0.05)  # the run view with its process table
-            run_id = Run.list()[-1]["id"]
-            names = list(Run.open(run_id).state.procs)
-            watcher = None
-            up: list[float] = []
-            missed_up = 0
-            t_serving = None
-            while time.monotonic() - t_launch < 600:
-                screen = term.screen()
-                if "SERVING" in screen:
-                    t_serving = time.monotonic()
-                    break
-                if "FAILED" in screen:
-                    raise RuntimeError(f"the run failed:\n{screen}")
-                watcher = watcher or _watcher_pid(console)
-                rss.append((_rss_mb(console), _rss_mb(watcher) if watcher else 0.0))
-                step = _step(term, names)
-                if step:
-                    lat = term.press_shows(*step)
-                    if lat is None:
-                        missed_up += 1
-                    else:
-                        up.append(lat)
-                time.sleep(gap)
-            if t_serving is None:
-                raise RuntimeError(f"not serving after 600 s:\n{term.screen()}")
-            out["launch_to_serving_s"] = round(t_serving - t_launch, 2)
-            out["key_coming_up"] = _summary(up, missed_up)
-            print(json.dumps(out), file=sys.stderr, flush=True)
-            watcher = watcher or _watcher_pid(console)
-            run = Run.open(run_id)
-            out["sim_rss_mb"] = round(sum(_tree_rss_mb(h.pid) for h in run.handles.values() if h.pid), 0)
-            out["sim_rss_per_worker_mb"] = round(statistics.median(
-                _tree_rss_mb(h.pid) for name, h in run.handles.items() if h.pid and name != "router"), 1)
-            # serving, nobody typing: the console's and its watcher's own CPU
-            time.sleep(3)
-            cpu0 = (_cpu_s(console), _cpu_s(watcher), time.monotonic())
-            t_end = time.monotonic() + idle_s
-            while time.monotonic() < t_end:
-                rss.append((_rss_mb(console), _rss_mb(watcher) if watcher else 0.0))
-                term.forget()
-                time.sleep(1)
-            el = time.monotonic() - cpu0[2]
-            out["idle_serving_s"] = round(el, 1)
-            out["console_cpu_pct"] = round(100 * (_cpu_s(console) - cpu0[0]) / el, 1)
-            out["watcher_cpu_pct"] = round(100 * (_cpu_s(watcher) - cpu0[1]) / el, 1)
-            serving: list[float] = []
-            missed = 0
-            for _ in range(serving_presses):
-                step = _step(term, names)
-                if step:
-                    lat = term.press_shows(*step)
-                    if lat is None:
-                        missed += 1
-                    else:
-                        serving.append(lat)
-                rss.append((_rss_mb(console), _rss_mb(watcher) if watcher else 0.0))
-                time.sleep(gap)
-            out["key_serving"] = _summary(serving, missed)
-            print(json.dumps(out), file=sys.stderr, flush=True)
-            out["console_rss_max_mb"] = round(max(r[0] for r in rss), 1)
-            out["watcher_rss_max_mb"] = round(max(r[1] for r in rss), 1)
-            out["rss_max_mb"] = round(max(a + b for a, b in rss), 1)
-            out["screen_160x50"] = term.screen()
-            term.detach_control()
-            term("resize-window", "-t", "s", "-x", "100", "-y", "30")
-            time.sleep(1.5)
-            out["screen_100x30"] = term.screen()
-            term("resize-window", "-t", "s", "-x", "160", "-y", "50")
-            time.sleep(1.0)
-            t_down = time.monotonic()
-            term.keys("D")
-            term.wait_for("Tear down run", timeout=120)
-            out["teardown_dialog_s"] = round(time.monotonic() - t_down, 2)  # D to the dialog on screen
-            t_down = time.monotonic()
-            term("send-keys", "-t", "s", "y")
-            term.wait_for("verified clean", timeout=300, every=0.05)
-            out["teardown_s"] = round(time.monotonic() - t_down, 2)
-            term.keys("Escape", "q")
-            return out
-        except Exception as e:  # what was measured before it went wrong is kept, with the error
-            if "key_coming_up" not in out:
-                raise
-            out["error"] = f"{type(e).__name__}: {str(e).splitlines()[0]}"
-            return out
-        finally:
-            term.kill()
-            down_runs(env)
-            if old_state is None:
-                os.environ.pop("XDG_STATE_HOME", None)
+        with console_in_tmux(tmp, f"{ATOMDECK} tui --cluster {tmp / 'scale.yaml'} --recipe {tmp / 'scale-recipe.yaml'}",
+                             ATOMDECK_SIM_SPEED=speed) as term:
+            try:
+                return _measure(term, n, out, rss, serving_presses, idle_s, gap)
+            except Exception as e:  # what was measured before it went wrong is kept, with the error
+                if "key_coming_up" not in out:
+                    raise
+                out["error"] = f"{type(e).__name__}: {str(e).splitlines()[0]}"
+                return out
+
+
+def _measure(term: Term, n: int, out: dict, rss: list[tuple[float, float]], serving_presses: int, idle_s: float,
+             gap: float) -> dict:
+    from atomdeck.core.run.run import Run
+
+    term.wait_for("1 Nodes", timeout=30)
+    term.wait_for("s000", timeout=30)
+    term.keys("3")
+    term.wait_for(f"{n + 1} processes on {n} nodes", timeout=60)  # the preview is drawn
+    term.keys("L")
+    term.wait_for("Launch this deployment?", timeout=30)
+    procs = ConsoleProcs(term)
+    term.attach_control()
+    t_launch = time.monotonic()
+    term.send_control("y")
+    term.wait_for("PROCESS", timeout=120, every=0.05)  # the run view with its process table
+    run_id = Run.list()[-1]["id"]
+    names = list(Run.open(run_id).state.procs)
+    up: list[float] = []
+    missed_up = 0
+    t_serving = None
+    while time.monotonic() - t_launch < 600:
+        screen = term.screen()
+        if "SERVING" in screen:
+            t_serving = time.monotonic()
+            break
+        if "FAILED" in screen:
+            raise RuntimeError(f"the run failed:\n{screen}")
+        procs.find_watcher()
+        rss.append(procs.rss_mb())
+        step = _step(term, names)
+        if step:
+            lat = press_shows(term, *step)
+            if lat is None:
+                missed_up += 1
             else:
-                os.environ["XDG_STATE_HOME"] = old_state
+                up.append(lat)
+        time.sleep(gap)
+    if t_serving is None:
+        raise RuntimeError(f"not serving after 600 s:\n{term.screen()}")
+    out["launch_to_serving_s"] = round(t_serving - t_launch, 2)
+    out["key_coming_up"] = _summary(up, missed_up)
+    print(json.dumps(out), file=sys.stderr, flush=True)
+    procs.find_watcher()
+    run = Run.open(run_id)
+    out["sim_rss_mb"] = round(sum(tree_rss_mb(h.pid) for h in run.handles.values() if h.pid), 0)
+    out["sim_rss_per_worker_mb"] = round(statistics.median(
+        tree_rss_mb(h.pid) for name, h in run.handles.items() if h.pid and name != "router"), 1)
+    # serving, nobody typing: the console's and its watcher's own CPU
+    time.sleep(3)
+    mark = procs.cpu_s()
+    t_end = time.monotonic() + idle_s
+    while time.monotonic() < t_end:
+        rss.append(procs.rss_mb())
+        term.forget()
+        time.sleep(1)
+    console_cpu, watcher_cpu, el = procs.cpu_pct_since(mark)
+    out["idle_serving_s"] = round(el, 1)
+    out["console_cpu_pct"] = round(console_cpu, 1)
+    out["watcher_cpu_pct"] = round(watcher_cpu, 1)
+    serving: list[float] = []
+    missed = 0
+    for _ in range(serving_presses):
+        step = _step(term, names)
+        if step:
+            lat = press_shows(term, *step)
+            if lat is None:
+                missed += 1
+            else:
+                serving.append(lat)
+        rss.append(procs.rss_mb())
+        time.sleep(gap)
+    out["key_serving"] = _summary(serving, missed)
+    print(json.dumps(out), file=sys.stderr, flush=True)
+    out["console_rss_max_mb"] = round(max(r[0] for r in rss), 1)
+    out["watcher_rss_max_mb"] = round(max(r[1] for r in rss), 1)
+    out["rss_max_mb"] = round(max(a + b for a, b in rss), 1)
+    out["screen_160x50"] = term.screen()
+    term.detach_control()
+    term("resize-window", "-t", "s", "-x", "100", "-y", "30")
+    time.sleep(1.5)
+    out["screen_100x30"] = term.screen()
+    term("resize-window", "-t", "s", "-x", "160", "-y", "50")
+    time.sleep(1.0)
+    dialog_s, teardown_s = tear_down_from_console(term, timeout=300, dialog_timeout=120, every=0.05)
+    out["teardown_dialog_s"] = round(dialog_s, 2)  # D to the dialog on screen
+    out["teardown_s"] = round(teardown_s, 2)
+    return out
 
 
 def _ms(s) -> str:

@@ -25,20 +25,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import save
-from console import ATOMDECK, Term, _console_pid, _cpu_s, _rss_mb, _state_env, _watcher_pid
-from scale_console import down_runs
+from common import ATOMDECK, ConsoleProcs, console_in_tmux, launch_to_serving, save, tear_down_from_console, watcher_pid
 
 GOAL_MB_PER_H = 5.0
-
-
-def fds(pid: int | None) -> int | None:
-    if not pid:
-        return None
-    try:
-        return len(os.listdir(f"/proc/{pid}/fd"))
-    except OSError:
-        return None
 
 
 def slope_per_hour(points: list[tuple[float, float]]) -> float | None:
@@ -77,13 +66,6 @@ async def load(router: str, model: str, concurrency: int, stop: asyncio.Event, c
         await asyncio.gather(*(one_lane(session) for _ in range(concurrency)))
 
 
-def sample(t0: float, console: int, watcher: int | None) -> dict:
-    return {"t_s": round(time.monotonic() - t0, 1), "console_rss_mb": round(_rss_mb(console), 2),
-            "console_fds": fds(console), "watcher_rss_mb": round(_rss_mb(watcher), 2) if watcher else None,
-            "watcher_fds": fds(watcher), "console_cpu_s": round(_cpu_s(console), 2),
-            "watcher_cpu_s": round(_cpu_s(watcher), 2)}
-
-
 def summarize(samples: list[dict], warmup_s: float) -> dict:
     """Growth after the warm-up: the least-squares slope over all of it, and over its second half (a
     buffer that fills and then stays full shows as growth early and none late). Open fds come and go
@@ -118,70 +100,46 @@ def soak(minutes: float = 30.0, every: float = 60.0, concurrency: int = 2, speed
          recipe: str = "demo-2p1d", log: Path | None = None) -> dict:
     from atomdeck.core.run.run import Run
 
-    with tempfile.TemporaryDirectory() as d:
-        tmp = Path(d)
-        env = _state_env(tmp, ATOMDECK_SIM_SPEED=speed)
-        term = Term(tmp, env)
-        old_state = os.environ.get("XDG_STATE_HOME")
-        os.environ["XDG_STATE_HOME"] = env["XDG_STATE_HOME"]
-        try:
-            term.start(f"{ATOMDECK} tui --recipe {recipe}")
-            term.wait_for("1 Nodes", timeout=30)
-            term.wait_for("demo-n01", timeout=30)
-            term.keys("3", "L", "y")
-            term.wait_for("SERVING", timeout=120)
-            run_id = Run.list()[-1]["id"]
-            run = Run.open(run_id)
-            router, model = run.plan.router.url, run.recipe.model.client_name
-            console = _console_pid(term.pane_pid())
-            watcher = _watcher_pid(console)
-            counts: dict = {"sent": 0, "ok": 0, "failed": 0}
-            samples: list[dict] = []
+    with tempfile.TemporaryDirectory() as d, \
+            console_in_tmux(Path(d), f"{ATOMDECK} tui --recipe {recipe}", ATOMDECK_SIM_SPEED=speed) as term:
+        launch_to_serving(term, "demo-n01", timeout=120, first=30)
+        run_id = Run.list()[-1]["id"]
+        run = Run.open(run_id)
+        router, model = run.plan.router.url, run.recipe.model.client_name
+        procs = ConsoleProcs(term)
+        counts: dict = {"sent": 0, "ok": 0, "failed": 0}
+        samples: list[dict] = []
 
-            async def drive() -> None:
-                stop = asyncio.Event()
-                lanes = asyncio.create_task(load(router, model, concurrency, stop, counts))
-                t0 = time.monotonic()
-                n = 0
-                while True:
-                    s = sample(t0, console, watcher)
-                    s.update(requests_ok=counts["ok"], requests_failed=counts["failed"])
-                    samples.append(s)
-                    print(json.dumps(s), file=sys.stderr, flush=True)
-                    if log:
-                        with log.open("a") as f:
-                            f.write(json.dumps(s) + "\n")
-                    n += 1
-                    if time.monotonic() - t0 >= minutes * 60 or lanes.done():
-                        break
-                    await asyncio.sleep(max(0.0, t0 + n * every - time.monotonic()))
-                stop.set()
-                await asyncio.wait_for(lanes, 90)
+        async def drive() -> None:
+            stop = asyncio.Event()
+            lanes = asyncio.create_task(load(router, model, concurrency, stop, counts))
+            t0 = time.monotonic()
+            n = 0
+            while True:
+                s = {"t_s": round(time.monotonic() - t0, 1), **procs.sample(),
+                     "requests_ok": counts["ok"], "requests_failed": counts["failed"]}
+                samples.append(s)
+                print(json.dumps(s), file=sys.stderr, flush=True)
+                if log:
+                    with log.open("a") as f:
+                        f.write(json.dumps(s) + "\n")
+                n += 1
+                if time.monotonic() - t0 >= minutes * 60 or lanes.done():
+                    break
+                await asyncio.sleep(max(0.0, t0 + n * every - time.monotonic()))
+            stop.set()
+            await asyncio.wait_for(lanes, 90)
 
-            asyncio.run(drive())
-            screen = term.screen()
-            still_serving = "SERVING" in screen
-            watcher_same = _watcher_pid(console) == watcher
-            t_down = time.monotonic()
-            term.keys("D")
-            term.wait_for("Tear down run", timeout=20)
-            term.keys("y")
-            term.wait_for("verified clean", timeout=120)
-            teardown_s = time.monotonic() - t_down
-            term.keys("Escape", "q")
-            warmup = 300.0 if minutes > 10 else min(60.0, minutes * 20)
-            return {"minutes": minutes, "every_s": every, "recipe": recipe, "sim_speed": speed,
-                    "concurrency": concurrency, "requests_ok": counts["ok"], "requests_failed": counts["failed"],
-                    "last_error": counts.get("last_error"), "serving_at_end": still_serving,
-                    "same_watcher_throughout": watcher_same, "teardown_s": round(teardown_s, 2),
-                    **summarize(samples, warmup), "samples": samples}
-        finally:
-            term.kill()
-            down_runs(env)
-            if old_state is None:
-                os.environ.pop("XDG_STATE_HOME", None)
-            else:
-                os.environ["XDG_STATE_HOME"] = old_state
+        asyncio.run(drive())
+        still_serving = "SERVING" in term.screen()
+        watcher_same = watcher_pid(procs.console) == procs.watcher
+        _, teardown_s = tear_down_from_console(term, timeout=120)
+        warmup = 300.0 if minutes > 10 else min(60.0, minutes * 20)
+        return {"minutes": minutes, "every_s": every, "recipe": recipe, "sim_speed": speed,
+                "concurrency": concurrency, "requests_ok": counts["ok"], "requests_failed": counts["failed"],
+                "last_error": counts.get("last_error"), "serving_at_end": still_serving,
+                "same_watcher_throughout": watcher_same, "teardown_s": round(teardown_s, 2),  # the confirming key to verified clean,
+                **summarize(samples, warmup), "samples": samples}
 
 
 def rows(r: dict) -> list[str]:

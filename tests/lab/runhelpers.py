@@ -9,6 +9,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+from atomdeck.core.config.errors import PreflightError
 from atomdeck.core.design.edit import set_field
 from atomdeck.core.design.workspace import load_workspace
 from atomdeck.core.run.inventory import fetch_inventory
@@ -26,19 +28,42 @@ def workspace(recipe: str, cluster: str, **edits):
     return ws
 
 
-async def launch(ws, nodes=None) -> Run:
-    a = ws.assess(nodes)
+async def launch(ws, nodes=None, a=None) -> Run:
+    """Launch the assessment `a` (default: a fresh one on `nodes`), which must be fine."""
+    a = a or ws.assess(nodes)
     assert a.ok, a.findings
     return await Run.launch(ws, a)
 
 
-def serve(ws, nodes=None, timeout=60):
+async def up(ws, nodes=None, a=None, timeout=60):
+    """Launch (see launch) and watch until it serves or failed: (run, state)."""
+    run = await launch(ws, nodes, a)
+    state = await run.watch(until=lambda s: s.status in ("serving", "failed"), timeout=timeout)
+    return run, state
+
+
+def serve(ws, nodes=None, timeout=60, a=None):
+    """up(), then the run closed (it stays up): (run, state)."""
     async def go():
-        run = await launch(ws, nodes)
-        state = await run.watch(until=lambda s: s.status in ("serving", "failed"), timeout=timeout)
+        run, state = await up(ws, nodes, a, timeout)
         await run.close()
         return run, state
     return asyncio.run(go())
+
+
+def refused(ws, a=None, why: str = "launched where pre-flight should have refused") -> PreflightError:
+    """Launch what pre-flight must refuse (the assessment `a`, default a fresh one; lint must find it
+    fine); its PreflightError. A launch that went ahead is closed and torn down (never left running
+    on the lab) and fails the test with `why`."""
+    a = a or ws.assess()
+    assert a.ok, a.findings  # offline lint cannot know what only the nodes can tell
+    try:
+        run = asyncio.run(Run.launch(ws, a))
+    except PreflightError as e:
+        return e
+    asyncio.run(run.close())
+    teardown(run.id)
+    pytest.fail(why)
 
 
 def node_pids(lab, node: str, test: str) -> list[int]:
@@ -55,6 +80,20 @@ def run_pids(lab, run_id: str) -> dict[str, list[int]]:
     """node -> pids of processes carrying this run's marker (checked inside every node)."""
     marked = f'tr "\\0" "\\n" < "$f" 2>/dev/null | grep -q "^ATOMDECK_RUN={run_id}:"'
     return {node: pids for node in lab.node_names if (pids := node_pids(lab, node, marked))}
+
+
+def engine_pids(lab, node: str, run_id: str, name: str, cmdline: str = "openai_server") -> list[int]:
+    """PIDs inside `node` of this run's process `name` whose command line has `cmdline` (the engine or
+    the router itself, not the `env` wrapper or supervisor around it); none is an assertion error."""
+    pids = node_pids(lab, node, f'tr "\\0" "\\n" < "$f" 2>/dev/null | grep -qx "ATOMDECK_RUN={run_id}:{name}" && '
+                                f'grep -q "{cmdline}" /proc/$p/cmdline 2>/dev/null')
+    assert pids, f"no {name} process of {run_id} on {node}"
+    return pids
+
+
+def jobs() -> str:
+    """Every Slurm job in the queue (squeue -h): "" when none."""
+    return subprocess.run(["squeue", "-h"], capture_output=True, text=True).stdout.strip()
 
 
 def squeue_job(job_id: str) -> str:
@@ -87,10 +126,8 @@ def wait_for(pred, timeout: float, interval: float = 0.1):
 
 def kill_worker_python(lab, node: str, run_id: str, name: str) -> int:
     """Kill the worker itself (not its supervisor) inside the node; returns its pid."""
-    pids = node_pids(lab, node, f'tr "\\0" "\\n" < "$f" 2>/dev/null | grep -qx "ATOMDECK_RUN={run_id}:{name}" && '
-                                f'grep -q "openai_server\\|atomesh" /proc/$p/cmdline 2>/dev/null')
-    assert pids, f"no {name} process of {run_id} on {node}"
-    target = max(pids)  # the python process (started after its `env` wrapper exec'd)
+    target = max(engine_pids(lab, node, run_id, name, "openai_server\\|atomesh"))  # the python process (started
+    # after its `env` wrapper exec'd)
     lab.node_exec(node, ["kill", "-9", str(target)])
     return target
 

@@ -7,7 +7,6 @@ import subprocess
 
 import pytest
 import yaml
-from atomdeck.core.config.errors import PreflightError
 from atomdeck.core.config.paths import find_cluster
 from atomdeck.core.design.workspace import load_workspace
 from atomdeck.core.run.inventory import fetch_inventory
@@ -15,7 +14,7 @@ from atomdeck.core.run.run import Run
 
 from tests.leftovers import open_ports
 
-from .runhelpers import run_pids, squeue_job, squeue_steps, teardown, workspace
+from .runhelpers import jobs, refused, run_pids, squeue_job, squeue_steps, teardown, up, workspace
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 G = "mia1-p01-g0"
@@ -33,27 +32,22 @@ def test_model_path_missing_on_one_node_is_refused_before_launch(lab, tmp_path, 
     monkeypatch.chdir(tmp_path)
     ws = load_workspace("dsv4-fp4-mi355x-1p1d-tp8", "lab-docker")
     ws.inventory, _ = asyncio.run(fetch_inventory(ws.cluster))
-    a = ws.assess([f"{G}1", f"{G}2"])
-    assert a.ok, a.findings
-    with pytest.raises(PreflightError) as e:
-        asyncio.run(Run.launch(ws, a))
-    model = [f for f in e.value.findings if f.rule == "preflight-model"]
+    e = refused(ws, ws.assess([f"{G}1", f"{G}2"]), "launched although the model path is missing on a node")
+    model = [f for f in e.findings if f.rule == "preflight-model"]
     assert [f.node for f in model] == [f"{G}2"]
     assert model[0].message == f"model path {tmp_path}/models-b/DeepSeek-V4-Pro is missing on {G}2"
-    assert {f.node for f in e.value.findings if f.rule == "preflight-runtime"} == {f"{G}1", f"{G}2"}
+    assert {f.node for f in e.findings if f.rule == "preflight-runtime"} == {f"{G}1", f"{G}2"}
     # the allocation was given back and nothing runs
     run = Run.list()[-1]
     assert run["status"] == "failed" and "pre-flight failed" in run["diagnosis"]
-    jobs = subprocess.run(["squeue", "-h"], capture_output=True, text=True).stdout.strip()
-    assert jobs == ""
+    assert jobs() == ""
 
 
 def test_scancel_from_outside_is_reported_and_down_is_clean(lab):
     ws = workspace("demo-1p1d", "lab")
 
     async def go():
-        run = await Run.launch(ws, ws.assess())
-        s = await run.watch(until=lambda s: s.status in ("serving", "failed"), timeout=60)
+        run, s = await up(ws)
         assert s.status == "serving", s.diagnosis
         job = run.rd.meta()["job_id"]
         subprocess.run(["scancel", str(job)], check=True)
@@ -75,22 +69,13 @@ def test_a_flag_the_engine_rejects_is_refused_before_launch_with_its_spelling(la
     """Issue 17.3: the worker's own parser (its --help on a chosen node) refuses `--kv-cache-dtype` before
     anything starts, where the launch would otherwise fail minutes into the allocation."""
     ws = workspace("demo-1p1d", cluster, decode__args={"kv-cache-dtype": "fp8"})
-    a = ws.assess()
-    assert a.ok, a.findings  # offline lint cannot know what this engine version accepts
-    try:
-        run = asyncio.run(Run.launch(ws, a))
-    except PreflightError as e:
-        refused = e
-    else:  # never leave a launch that should not have happened running on the lab
-        asyncio.run(run.close())
-        teardown(run.id)
-        pytest.fail("launched with a flag the engine rejects")
-    (f,) = refused.findings
+    # offline lint cannot know what this engine version accepts (refused() asserts the assessment is fine)
+    (f,) = refused(ws, why="launched with a flag the engine rejects").findings
     assert (f.rule, f.key, f.fix) == ("preflight-flag", "decode.args.kv-cache-dtype", "spell it --kv_cache_dtype")
     assert "--kv-cache-dtype is not a flag of `python3 -m atom.entrypoints.openai_server`" in f.message
     run = Run.list()[-1]
     assert run["status"] == "failed" and "pre-flight failed" in run["diagnosis"]
-    assert subprocess.run(["squeue", "-h"], capture_output=True, text=True).stdout.strip() == ""
+    assert jobs() == ""
     assert run_pids(lab, run["id"]) == {}
 
 
@@ -99,18 +84,9 @@ def test_rdma_without_devices_and_a_missing_mooncake_dir_are_refused_before_laun
     KV transfer (the lab's nodes have none) and the Mooncake directory LD_LIBRARY_PATH names."""
     ws = workspace("demo-1p1d", "lab", mooncake__protocol="rdma",
                    env={"LD_LIBRARY_PATH": "/opt/venv/lib/python3.10/site-packages/mooncake:/usr/lib"})
-    a = ws.assess()
-    assert a.ok, a.findings
-    try:
-        run = asyncio.run(Run.launch(ws, a))
-    except PreflightError as e:
-        refused = e
-    else:  # never leave a launch that should not have happened running on the lab
-        asyncio.run(run.close())
-        teardown(run.id)
-        pytest.fail("launched an RDMA transfer on nodes without /dev/infiniband")
-    got = sorted((f.rule, f.node, f.key) for f in refused.findings)
+    e = refused(ws, why="launched an RDMA transfer on nodes without /dev/infiniband")
+    got = sorted((f.rule, f.node, f.key) for f in e.findings)
     assert got == [(rule, f"{G}{i}", key) for rule, key in (("preflight-mooncake", "env.LD_LIBRARY_PATH"),
                                                             ("preflight-rdma", "mooncake.protocol"))
                    for i in (1, 2)]
-    assert subprocess.run(["squeue", "-h"], capture_output=True, text=True).stdout.strip() == ""
+    assert jobs() == ""

@@ -9,7 +9,6 @@ import asyncio
 import json
 import os
 import resource
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -21,6 +20,7 @@ from atomdeck.core.design.workspace import load_workspace
 from atomdeck.core.run.inventory import fetch_inventory
 from atomdeck.core.run.run import Run
 
+from . import runhelpers
 from .runhelpers import node_pids, run_pids, serve, teardown, workspace
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
@@ -34,16 +34,9 @@ def _hard_limit() -> int:
 
 
 def refused(ws) -> PreflightError:
-    a = ws.assess()
-    assert a.ok, a.findings
-    try:
-        run = asyncio.run(Run.launch(ws, a))
-    except PreflightError as e:
-        assert subprocess.run(["squeue", "-h"], capture_output=True, text=True).stdout.strip() == ""
-        return e
-    asyncio.run(run.close())  # never leave a launch that should not have happened running on the lab
-    teardown(run.id)
-    pytest.fail("launched where pre-flight should have refused")
+    e = runhelpers.refused(ws)
+    assert runhelpers.jobs() == ""  # the allocation was given back
+    return e
 
 
 def test_a_simulator_cluster_asking_more_open_files_than_the_hard_limit_is_refused(lab):

@@ -3,16 +3,14 @@ carry the address the node itself has, and a launch is refused when no address m
 
 from __future__ import annotations
 
-import asyncio
 import json
 
 import pytest
 import yaml
-from atomdeck.core.config.errors import PreflightError
 from atomdeck.core.config.paths import find_cluster
 from atomdeck.core.run.run import Run
 
-from .runhelpers import node_pids, teardown, workspace
+from .runhelpers import engine_pids, refused, serve, teardown, workspace
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 G = "mia1-p01-g0"
@@ -27,10 +25,7 @@ def _cluster(tmp_path, monkeypatch, name: str, node_ip: dict) -> None:
 
 
 def _environ(lab, node: str, run_id: str, name: str) -> dict[str, str]:
-    pids = node_pids(lab, node, f'tr "\\0" "\\n" < "$f" 2>/dev/null | grep -qx "ATOMDECK_RUN={run_id}:{name}" && '
-                                f'grep -q "openai_server" /proc/$p/cmdline 2>/dev/null')
-    assert pids, f"no {name} engine of {run_id} on {node}"
-    raw = open(f"/proc/{max(pids)}/environ", "rb").read().decode()
+    raw = open(f"/proc/{max(engine_pids(lab, node, run_id, name))}/environ", "rb").read().decode()
     return dict(x.split("=", 1) for x in raw.split("\0") if "=" in x)
 
 
@@ -40,14 +35,7 @@ def test_nodes_known_by_name_get_the_ip_they_have(lab, tmp_path, monkeypatch):
     a = ws.assess([f"{G}1", f"{G}2"])
     assert a.ok, a.findings
     assert {p.env.get("ATOM_HOST_IP") for p in a.processes if p.role != "router"} == {f"{G}1", f"{G}2"}  # offline
-
-    async def go():
-        run = await Run.launch(ws, a)
-        state = await run.watch(until=lambda s: s.status in ("serving", "failed"), timeout=60)
-        await run.close()
-        return run, state
-
-    run, state = asyncio.run(go())
+    run, state = serve(ws, a=a)
     try:
         assert state.status == "serving", state.diagnosis
         assert run.rd.meta()["node_ips"] == {f"{G}1": "10.77.0.11", f"{G}2": "10.77.0.12"}
@@ -70,17 +58,8 @@ def test_no_address_on_the_clusters_network_refuses_the_launch_naming_what_the_n
                                                                                         monkeypatch):
     _cluster(tmp_path, monkeypatch, "lab-ib", {"interface": "ib*"})
     ws = workspace("demo-1p1d", "lab-ib")
-    a = ws.assess([f"{G}1", f"{G}2"])
-    assert a.ok, a.findings
-    try:
-        run = asyncio.run(Run.launch(ws, a))
-    except PreflightError as e:
-        refused = e
-    else:  # never leave a launch that should not have happened running on the lab
-        asyncio.run(run.close())
-        teardown(run.id)
-        pytest.fail("launched although no node has an address on interface ib*")
-    found = sorted((f.node, f.key, f.message) for f in refused.findings if f.rule == "preflight-node-ip")
+    e = refused(ws, ws.assess([f"{G}1", f"{G}2"]), "launched although no node has an address on interface ib*")
+    found = sorted((f.node, f.key, f.message) for f in e.findings if f.rule == "preflight-node-ip")
     assert found == [(f"{G}{i}", "node_ip.interface",
                       f"{G}{i} has no address on interface ib*: it has 10.77.0.1{i} on eth0") for i in (1, 2)]
     assert Run.list()[-1]["status"] == "failed"

@@ -7,16 +7,12 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from atomdeck.core.run.run import Run
 
-from .runhelpers import node_pids, teardown, workspace
+from .runhelpers import engine_pids, launch, serve, teardown, up, workspace
 
 
 def _signal_worker(lab, node: str, run_id: str, name: str, sig: str) -> int:
-    pids = node_pids(lab, node, f'tr "\\0" "\\n" < "$f" 2>/dev/null | grep -qx "ATOMDECK_RUN={run_id}:{name}" && '
-                                f'grep -q "openai_server" /proc/$p/cmdline 2>/dev/null')
-    assert pids, f"no {name} process of {run_id} on {node}"
-    target = max(pids)  # the python process (started after its `env` wrapper exec'd)
+    target = max(engine_pids(lab, node, run_id, name))  # the python process (started after its `env` wrapper exec'd)
     lab.node_exec(node, ["kill", f"-{sig}", str(target)], check=True)
     return target
 
@@ -27,8 +23,7 @@ def test_a_worker_sigstopped_while_serving_is_unresponsive_with_its_state_then_r
     ws = workspace("demo-1p1d", cluster)
 
     async def go():
-        run = await Run.launch(ws, ws.assess())
-        s = await run.watch(until=lambda s: s.status in ("serving", "failed"), timeout=60)
+        run, s = await up(ws)
         assert s.status == "serving", s.diagnosis
         node = run.plan.endpoint("decode-0").node
         pid = _signal_worker(lab, node, run.id, "decode-0", "STOP")
@@ -62,13 +57,7 @@ def test_handshake_ports_dropped_on_the_consumers_node_fail_the_pair_with_the_pa
              f"add rule inet atomdeck_drill out ip daddr {p_ep.host} tcp dport {lo}-{hi} drop\n")
     lab.node_exec(d_ep.node, ["nft", "-f", "-"], input=rules, check=True)
     try:
-        async def go():
-            run = await Run.launch(ws, a)
-            s = await run.watch(until=lambda s: s.status in ("serving", "failed"), timeout=90)
-            await run.close()
-            return run, s
-
-        run, s = asyncio.run(go())
+        run, s = serve(ws, a=a, timeout=90)
     finally:
         lab.node_exec(d_ep.node, ["nft", "delete", "table", "inet", "atomdeck_drill"])
     try:
@@ -88,7 +77,7 @@ def test_a_worker_bound_to_another_port_is_named_with_what_it_listens_on(lab):
     ws = workspace("demo-1p1d", "lab", decode__env={"ATOMSIM_BIND_PORT": "18020"})
 
     async def go():
-        run = await Run.launch(ws, ws.assess())
+        run = await launch(ws)
         s = await run.watch(until=lambda s: s.checks.get("bind:decode-0") is not None or s.status == "failed",
                             timeout=60)
         await run.close()

@@ -60,3 +60,30 @@ def pytest_configure(config):
 
     if getattr(config.option, "snapshot_report", None) == "snapshot_report.html":
         config.option.snapshot_report = str(Path(tempfile.gettempdir()) / "atomdeck-snapshot-report.html")
+
+
+SHOWN_STATE = "/tmp/atomdeck-snapshot-state"  # the state directory the snapshots show
+
+
+@pytest.fixture
+def snapshot_state(monkeypatch):
+    """A state directory of this test's own (two test sessions at once never share one), whose path has
+    the length of SHOWN_STATE, so every line that shows it is laid out alike; screenshots taken in the
+    test (snap_compare) show SHOWN_STATE in its place. The user's config stays out (no keymap, no theme)."""
+    import shutil
+    import tempfile
+
+    import textual._doc
+
+    state = tempfile.mkdtemp(prefix="atomdeck-snaps-", dir="/tmp")  # /tmp/atomdeck-snaps-XXXXXXXX
+    assert len(state) == len(SHOWN_STATE), state
+    monkeypatch.setenv("XDG_STATE_HOME", state)
+    monkeypatch.setenv("XDG_CONFIG_HOME", "/nonexistent/xdg-config")
+    take = textual._doc.take_svg_screenshot  # snap_compare imports it from there when it is called
+
+    def take_shown(*args, **kwargs) -> str:
+        return take(*args, **kwargs).replace(state, SHOWN_STATE)
+
+    monkeypatch.setattr(textual._doc, "take_svg_screenshot", take_shown)
+    yield Path(state)
+    shutil.rmtree(state, ignore_errors=True)

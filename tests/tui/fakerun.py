@@ -79,31 +79,17 @@ def fake_run(scenario: str = "serving", recipe: str = "demo-1p1d", run_id: str |
     plan = a.plan
     run_id = run_id or f"20250101-115845-{recipe}-{ {'serving': 'a1b2', 'hung': 'c3d4', 'crashed': 'e5f6', 'degraded': 'g7h8', 'matrix': 'i9j0'}.get(scenario, '0000')}"
     T0 = LAUNCHED.timestamp()  # local time, like the app's clock
-    rd = RunDir.create(run_id)
-    meta = RunDir.initial_meta(run_id, recipe, "local", "local")
-    meta["created"] = T0
-    meta["fake"] = True  # nothing runs: tests' cleanup must not try to stop its made-up PIDs
-    meta["status"] = {"serving": "serving", "crashed": "failed", "degraded": "degraded",
-                      "matrix": "serving"}.get(scenario, "starting")
-    meta["diagnosis"] = {"serving": "serving: 1/1P 1/1D router serving; smoke 8 tokens",
-                         "crashed": "decode-0 on demo-n02 exited 3; last: torch.OutOfMemoryError: HIP out of memory "
-                                    "during cudagraph capture. Tried to allocate 1.50 GiB."}.get(scenario, "")
-    meta["console_host"], meta["console_pid"] = "login01", 4242
-    rd.write_json("run.json", meta)
-    rd.write_text("recipe.yaml", redacted_yaml(plan.recipe.model_dump(mode="json", exclude_defaults=True)))
-    rd.write_text("cluster.yaml", redacted_yaml(plan.cluster.model_dump(mode="json")))
-    sel = plan.selection
-    rd.write_json("selection.json", {"prefill": sel.prefill, "decode": sel.decode, "workers": sel.workers,
-                                     "router": sel.router, "overrides": []})
-    rd.write_json("inventory.json", [{"name": n.name, "addr": n.addr, "states": n.states, "gpus": n.gpus,
-                                      "partitions": n.partitions, "reason": n.reason} for n in plan.nodes])
-    cells = [{"node": c.node, "host": c.host, "port": c.port, "role": c.role, "kind": c.kind, "owner": c.owner}
-             for c in plan.barrier]
-    pairs = [(p.name, d.name) for p in plan.role_endpoints("prefill") for d in plan.role_endpoints("decode")]
+    status = {"serving": "serving", "crashed": "failed", "degraded": "degraded",
+              "matrix": "serving"}.get(scenario, "starting")
+    diagnosis = {"serving": "serving: 1/1P 1/1D router serving; smoke 8 tokens",
+                 "crashed": "decode-0 on demo-n02 exited 3; last: torch.OutOfMemoryError: HIP out of memory "
+                            "during cudagraph capture. Tried to allocate 1.50 GiB."}.get(scenario, "")
+    pairs = None
     if scenario == "matrix":  # a 16P16D pair set on the demo's processes: the panel's look at scale
         pairs = [(f"prefill-{i}", f"decode-{j}") for i in range(16) for j in range(16)]
-    state = new_state(run_id, [(p.name, p.role, p.node) for p in a.processes], cells, pairs)
-    run = Run(rd, plan.recipe, plan.cluster, plan, a.processes, None, state)  # type: ignore[arg-type]
+    run = new_run(plan, a.processes, run_id, T0, status, (recipe, "local"), pairs, diagnosis=diagnosis,
+                  console_host="login01", console_pid=4242)
+    rd = run.rd
     logs: dict[str, list[str]] = {}
 
     def at(dt: float, kind: str, name: str = "", value: str = "", detail: str = "", **data) -> None:
@@ -214,6 +200,35 @@ def fake_run(scenario: str = "serving", recipe: str = "demo-1p1d", run_id: str |
         p.last_line_at = T0 + 1.0
         run.offsets[name] = rd.log_path(name).stat().st_size  # as if a console had read them all
     return run
+
+
+def new_run(plan, processes, run_id: str, created: float, status: str, names: tuple[str, str] | None = None,
+            pairs: list[tuple[str, str]] | None = None, **meta) -> Run:
+    """The run directory every fake run writes, as `atomdeck up` would (run.json marked fake, with
+    `meta` added; recipe, cluster, selection, inventory), and a core Run over it in its first state:
+    every process, barrier cell and prefill/decode pair (`pairs` instead, if given). `names`: the
+    recipe's and the cluster's names in run.json (default: the plan's)."""
+    rd = RunDir.create(run_id)
+    recipe_name, cluster_name = names or (plan.recipe.name, plan.cluster.name)
+    m = RunDir.initial_meta(run_id, recipe_name, cluster_name, "local")
+    m["created"] = created
+    m["fake"] = True  # nothing runs: tests' cleanup must not try to stop its made-up PIDs
+    m["status"] = status
+    m.update(meta)
+    rd.write_json("run.json", m)
+    rd.write_text("recipe.yaml", redacted_yaml(plan.recipe.model_dump(mode="json", exclude_defaults=True)))
+    rd.write_text("cluster.yaml", redacted_yaml(plan.cluster.model_dump(mode="json")))
+    sel = plan.selection
+    rd.write_json("selection.json", {"prefill": sel.prefill, "decode": sel.decode, "workers": sel.workers,
+                                     "router": sel.router, "overrides": []})
+    rd.write_json("inventory.json", [{"name": n.name, "addr": n.addr, "states": n.states, "gpus": n.gpus,
+                                      "partitions": n.partitions, "reason": n.reason} for n in plan.nodes])
+    cells = [{"node": c.node, "host": c.host, "port": c.port, "role": c.role, "kind": c.kind, "owner": c.owner}
+             for c in plan.barrier]
+    if pairs is None:
+        pairs = [(p.name, d.name) for p in plan.role_endpoints("prefill") for d in plan.role_endpoints("decode")]
+    state = new_state(run_id, [(p.name, p.role, p.node) for p in processes], cells, pairs)
+    return Run(rd, plan.recipe, plan.cluster, plan, processes, None, state)  # type: ignore[arg-type]
 
 
 def started(run, rd, processes, at, pid_of) -> None:

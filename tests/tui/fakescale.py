@@ -16,14 +16,13 @@ from atomdeck.core.config.cluster import parse_cluster
 from atomdeck.core.config.paths import catalog_path
 from atomdeck.core.config.recipe import parse_recipe
 from atomdeck.core.design.workspace import Workspace
-from atomdeck.core.run.events import Event, new_state
+from atomdeck.core.run.events import Event
 from atomdeck.core.run.run import Run
-from atomdeck.core.run.rundir import RunDir
 
 try:
-    from .fakerun import started
+    from .fakerun import new_run, started
 except ImportError:  # run as a script's sibling module (make_screenshots.py)
-    from fakerun import started  # type: ignore[no-redef]
+    from fakerun import new_run, started  # type: ignore[no-redef]
 
 LAUNCHED = datetime(2025, 1, 1, 11, 59, 20)  # 40 s before the tests' frozen clock (12:00:00)
 NODES = 128
@@ -52,17 +51,8 @@ def fake_scale_run(n: int = NODES, run_id: str = "20250101-115920-scale-64p64d-k
     plan = a.plan
     assert plan is not None, a.findings
     T0 = LAUNCHED.timestamp()
-    rd = RunDir.create(run_id)
-    meta = RunDir.initial_meta(run_id, plan.recipe.name, plan.cluster.name, "local")
-    meta["created"] = T0
-    meta["fake"] = True  # nothing runs: tests' cleanup must not try to stop its made-up PIDs
-    meta["status"] = "starting"
-    rd.write_json("run.json", meta)
-    cells = [{"node": c.node, "host": c.host, "port": c.port, "role": c.role, "kind": c.kind, "owner": c.owner}
-             for c in plan.barrier]
-    pairs = [(p.name, d.name) for p in plan.role_endpoints("prefill") for d in plan.role_endpoints("decode")]
-    state = new_state(run_id, [(p.name, p.role, p.node) for p in a.processes], cells, pairs)
-    run = Run(rd, plan.recipe, plan.cluster, plan, a.processes, None, state)  # type: ignore[arg-type]
+    run = new_run(plan, a.processes, run_id, T0, "starting")
+    rd = run.rd
 
     def at(dt: float, kind: str, name: str = "", value: str = "", detail: str = "", **data) -> None:
         run.emit(Event(kind, name, value, detail, data, T0 + dt))

@@ -198,7 +198,9 @@ async def test_a_recipe_path_can_be_opened(tmp_path):
 
 
 async def test_inventory_refresh_never_overlaps_and_pauses_under_a_dialog():
-    state = {"active": 0, "peak": 0, "calls": 0}
+    from .runhelpers import until  # (imported here: other changes to this file's imports are under way)
+
+    state = {"active": 0, "peak": 0, "calls": 0, "paused_ticks": 0}
 
     async def slow(cluster, offline):
         state["calls"] += 1
@@ -211,17 +213,27 @@ async def test_inventory_refresh_never_overlaps_and_pauses_under_a_dialog():
             state["active"] -= 1
 
     app = make_app(refresh_s=0.01, fetch=slow)
+    tick = app._refresh_tick
+
+    def counted_tick() -> None:  # the refresh timer firing: counted when a dialog is open
+        if app.screen_stack and app.paused:
+            state["paused_ticks"] += 1
+        tick()
+
+    app._refresh_tick = counted_tick  # type: ignore[method-assign]  # the timer is armed with this attribute
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.pause(0.6)
+        await until(pilot, lambda: state["calls"] >= 3, step=0.01, what="three refreshes")
         assert state["calls"] >= 3 and state["peak"] == 1
         app.push_screen(ConfirmDialog("?", "a dialog"))
-        await pilot.pause(0.2)  # the refresh in flight (if any) finishes
+        # the refresh in flight (if any) finishes; its timer then fires under the dialog (a fetch arms the
+        # timer only when it ends, so once it fired paused, nothing is in flight)
+        await until(pilot, lambda: state["paused_ticks"] >= 1, step=0.01, what="the timer firing under the dialog")
         calls = state["calls"]
-        await pilot.pause(0.4)
-        assert state["calls"] == calls  # paused while the dialog is open
+        await until(pilot, lambda: state["paused_ticks"] >= 11, step=0.01, what="ten more timer firings")
+        assert state["calls"] == calls and state["active"] == 0  # paused while the dialog is open
         app.pop_screen()
-        await pilot.pause(0.3)
-        assert state["calls"] > calls
+        await until(pilot, lambda: state["calls"] > calls, step=0.01, what="a refresh after the dialog closed")
+        assert state["calls"] > calls and state["peak"] == 1
 
 
 async def test_a_refresh_timer_firing_while_the_console_closes_is_ignored():

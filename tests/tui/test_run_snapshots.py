@@ -1,5 +1,6 @@
 """Looks of the run views: SVG snapshots of deterministic runs (fakerun.py: fixed event times, the
-console's clock frozen at 12:00:00, a fixed state directory so paths on screen never change).
+console's clock frozen at 12:00:00, a state directory of each test's own whose path the pictures show as
+/tmp/atomdeck-snapshot-state: conftest.snapshot_state).
 
 Regenerate after an intended change with
     .venv/bin/python -m pytest tests/tui/test_run_snapshots.py --snapshot-update
@@ -7,9 +8,6 @@ and review the SVG diff.
 """
 
 from __future__ import annotations
-
-import shutil
-from pathlib import Path
 
 import pytest
 from atomdeck.core.launch.base import StopReport
@@ -21,17 +19,8 @@ from textual.widgets import DataTable
 from .conftest import make_app
 from .fakerun import fake_run
 
-STATE = Path("/tmp/atomdeck-snapshot-state")
 BIG, SMALL = (160, 50), (100, 30)
-
-
-@pytest.fixture(autouse=True)
-def _fixed_dirs(monkeypatch):
-    shutil.rmtree(STATE, ignore_errors=True)
-    monkeypatch.setenv("XDG_STATE_HOME", str(STATE))
-    monkeypatch.setenv("XDG_CONFIG_HOME", "/nonexistent/xdg-config")
-    yield
-    shutil.rmtree(STATE, ignore_errors=True)
+pytestmark = pytest.mark.usefixtures("snapshot_state")  # conftest: a state directory of the test's own
 
 
 def _show(scenario: str, recipe: str = "demo-1p1d", then=None):

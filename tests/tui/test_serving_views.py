@@ -4,9 +4,6 @@ of a failed run."""
 
 from __future__ import annotations
 
-import shutil
-from pathlib import Path
-
 import pytest
 from atomdeck.tui.formatting import ago
 from atomdeck.tui.widgets.barrier_grid import BarrierGrid
@@ -16,16 +13,7 @@ from atomdeck.tui.widgets.serving_panel import ServingPanel
 from .conftest import make_app
 from .fakerun import fake_run
 
-STATE = Path("/tmp/atomdeck-serving-views-state")
-
-
-@pytest.fixture(autouse=True)
-def _fixed_dirs(monkeypatch):
-    shutil.rmtree(STATE, ignore_errors=True)
-    monkeypatch.setenv("XDG_STATE_HOME", str(STATE))
-    monkeypatch.setenv("XDG_CONFIG_HOME", "/nonexistent/xdg-config")
-    yield
-    shutil.rmtree(STATE, ignore_errors=True)
+pytestmark = pytest.mark.usefixtures("snapshot_state")  # conftest: a state directory of the test's own
 
 
 def _text(widget) -> str:

@@ -54,6 +54,7 @@ class ConnState:
     reason: str = ""  # why: the error text for lost/failed/reconnecting
     at: float = field(default_factory=time.time)  # wall-clock time of the change
     attempt: int = 0  # 1, 2, ... while (re)connecting
+    delay_s: float = 0.0  # the back-off wait planned (and slept) before this attempt: 0 for a round's first
 
 
 # ------------------------------------------------------------------------------------ connection
@@ -80,8 +81,8 @@ class SshConnection:
         self._closing = False
 
     # -- state
-    def _emit(self, state: StateName, reason: str = "", attempt: int = 0) -> None:
-        self.state = ConnState(self.target.name, state, reason, time.time(), attempt)
+    def _emit(self, state: StateName, reason: str = "", attempt: int = 0, delay_s: float = 0.0) -> None:
+        self.state = ConnState(self.target.name, state, reason, time.time(), attempt, delay_s)
         for cb in list(self.listeners):
             try:
                 cb(self.state)
@@ -135,20 +136,21 @@ class SshConnection:
         start = loop.time()
         delays = bo.delays()
         reason = self.state.reason if self.state.state == "lost" else ""
-        attempt = 0
+        attempt, delay = 0, 0.0
         while True:
             attempt += 1
-            self._emit("connecting" if first else "reconnecting", reason, attempt)
+            self._emit("connecting" if first else "reconnecting", reason, attempt, delay)
             t0 = loop.time()
             try:
                 conn = await self._connect_once()
             except SshError as exc:
                 reason = str(exc)
-                delay = next(delays, None)
-                if exc.permanent or first or delay is None or (
-                        bo.give_up_s is not None and loop.time() - start + delay > bo.give_up_s):
+                planned = next(delays, None)
+                if exc.permanent or first or planned is None or (
+                        bo.give_up_s is not None and loop.time() - start + planned > bo.give_up_s):
                     self._emit("failed", reason, attempt)
                     raise
+                delay = planned
                 await asyncio.sleep(delay)
                 continue
             self._conn = conn
