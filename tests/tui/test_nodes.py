@@ -47,6 +47,26 @@ async def test_filter_is_incremental_and_escape_clears():
         assert _table(app).has_focus
 
 
+async def test_keys_typed_right_after_slash_go_into_the_filter():
+    """Focus reaches the filter box on a later turn of the loop: keys queued before it lands (typing fast,
+    a paste, a loaded machine) went to the table, where "1" is the Nodes key; now they are the filter."""
+    from textual import events
+
+    app = make_app()
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(pilot)
+        for key, ch in (("slash", "/"), ("n", "n"), ("0", "0"), ("3", "3")):  # one turn of the loop
+            app.post_message(events.Key(key, ch))
+        await pilot.pause()
+        await pilot.pause()
+        box = app.screen.query_one("#filter", Input)
+        assert box.value == "n03" and box.has_focus
+        assert _table(app).shown == ["demo-n03"]
+        await pilot.press("escape")
+        await pilot.press("r")  # the filter is closed: keys are the view's again, not the filter's
+        assert box.value == "" and not box.display
+
+
 async def test_space_picks_in_rank_order_prefill_first():
     app = make_app(recipe="demo-2p1d")
     async with app.run_test(size=SIZE) as pilot:
