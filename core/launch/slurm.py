@@ -36,6 +36,7 @@ from .slurm_node import AGENT, NodeSteps
 
 # every process of the run on each node, killed by one srun task per node (scripts/slurm-sweep.sh)
 SWEEP_SCRIPT = script("slurm-sweep")
+RELEASE_SCRIPT = script("slurm-release")  # squeue, the sweep, scancel, squeue until gone, sacct: one command
 
 JOB_START_TIMEOUT = 120.0
 TAILS_PER_CONNECTION = 8  # of OpenSSH's 10 sessions per connection (MaxSessions), leave room for reads
@@ -313,48 +314,40 @@ class SlurmLauncher(NodeSteps, LauncherBase):
         return await self.runner.run(self._srun(node, "atomdeck-cmd", argv, output=None), timeout=timeout)
 
     async def release(self, nodes: list[str] | None = None) -> list[str]:
-        """Verify no process of the run is left on any node, then cancel the holding job (if ours)."""
+        """Verify no process of the run is left on any node (the sweep), then cancel the holding job (if ours)
+        and read its end back from sacct: one command where Slurm commands run (scripts/slurm-release.sh), so
+        through a login host one SSH round trip instead of one per squeue, sweep, scancel and sacct."""
         done: list[str] = []
         if not self.job_id:
             return done
-        alive_job = await self.runner.run(["squeue", "-h", "-j", str(self.job_id), "-o", "%T|%N"], timeout=20)
-        line = alive_job.stdout.strip()
-        if line.startswith("RUNNING"):
-            nodes = expand_hostlist(line.split("|", 1)[1])
-            for _ in range(10):  # the node steps end on their own once their processes have (ms after a stop)
-                if not any(name.startswith(AGENT) for name in await self._steps_now(0.0)):
-                    break
-                await asyncio.sleep(0.1)
-            done += await self._sweep_nodes(nodes)
+        res = await self.runner.run(["sh", "-c", RELEASE_SCRIPT, "release", str(self.job_id), self.run_id,
+                                     "1" if self.job_owned else "0", AGENT, SWEEP_SCRIPT],
+                                    timeout=120, env={"ATOMDECK_RUN": ""})
+        said = res.stdout.splitlines()
+        job = next((ln[4:] for ln in said if ln == "job" or ln.startswith("job ")), None)
+        if job is None:  # the script did not run (a login host not answering): nothing is known
+            raise AtomdeckError(f"could not release Slurm job {self.job_id} on {self.runner.where}: {res.explain()}")
+        if job.startswith("RUNNING|"):
+            nodes = expand_hostlist(job.split("|")[1])
+            killed = [ln for ln in said if ln.startswith("killed")]
+            sweep = next((ln.split()[1] for ln in said if ln.startswith("sweep ")), "")
+            if killed:
+                done.append(f"swept leftovers: {', '.join(killed)}")
+            elif sweep == "0":
+                done.append(f"no process of the run left on {', '.join(nodes)}")
+            else:
+                err = res.stderr.strip().splitlines()
+                done.append(f"could not check the nodes for leftovers: the sweep step exited {sweep or '?'}: "
+                            f"{err[-1] if err else '(no output)'}")
         if not self.job_owned:
             done.append(f"job {self.job_id} left running (it was given with --job, not started by atomdeck)")
             return done
-        if line:
-            await self.runner.run(["scancel", str(self.job_id)], timeout=20)
-            for _ in range(100):
-                q = await self.runner.run(["squeue", "-h", "-j", str(self.job_id)], timeout=20)
-                if q.ok and not q.stdout.strip():
-                    break
-                await asyncio.sleep(0.2)
-            else:
-                done.append(f"job {self.job_id} still listed by squeue after scancel")
-                return done
-        acct = await self.runner.run(["sacct", "-n", "-X", "-P", "-j", str(self.job_id), "-o", "State"], timeout=20)
-        state = acct.stdout.strip().splitlines()[0] if acct.ok and acct.stdout.strip() else "gone from squeue"
-        done.append(f"holding job {self.job_id} cancelled ({state})")
+        if "listed" in said:
+            done.append(f"job {self.job_id} still listed by squeue after scancel")
+            return done
+        state = next((ln[5:].strip() for ln in said if ln.startswith("acct ")), "")
+        done.append(f"holding job {self.job_id} cancelled ({state or 'gone from squeue'})")
         return done
-
-    async def _sweep_nodes(self, nodes: list[str]) -> list[str]:
-        """Kill any process of this run still alive on the nodes (found by its environment marker)."""
-        argv = ["srun", "--jobid", str(self.job_id), "--overlap", "-w", ",".join(nodes), f"-N{len(nodes)}",
-                f"-n{len(nodes)}", "--ntasks-per-node=1", "--job-name=atomdeck-sweep",
-                "sh", "-c", SWEEP_SCRIPT, "sweep", self.run_id]
-        res = await self.runner.run(argv, timeout=60, env={"ATOMDECK_RUN": ""})
-        killed = [ln for ln in res.stdout.splitlines() if ln.startswith("killed")]
-        if killed:
-            return [f"swept leftovers: {', '.join(killed)}"]
-        return [f"no process of the run left on {', '.join(nodes)}"] if res.ok else \
-            [f"could not check the nodes for leftovers: {res.explain()}"]
 
     async def node_health(self, nodes: list[str]) -> dict[str, str]:
         """'' for a healthy node, else why not (e.g. 'down, not responding: Not responding')."""
