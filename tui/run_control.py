@@ -12,7 +12,7 @@ import asyncio
 from typing import TYPE_CHECKING
 
 from rich.text import Text
-from textual.screen import ModalScreen
+from textual.screen import ModalScreen, Screen
 
 from ..core.design.lint import Assessment
 from .live import LiveRun
@@ -261,10 +261,11 @@ class RunController:
     def redraw(self) -> None:
         """Redraw the screens that show the run: the top screen, and the ones a dialog leaves visible
         below it (not a run view hidden under a full-screen log: redrawing it ten times a second would
-        cost the log view its frames)."""
+        cost the log view its frames). The one guard against late pulses for every such screen: see
+        can_draw."""
         for screen in reversed(self.app.screen_stack):
             update = getattr(screen, "run_updated", None)
-            if update is not None:
+            if update is not None and can_draw(screen):
                 update()
             if not isinstance(screen, ModalScreen):
                 break
@@ -300,6 +301,14 @@ class RunController:
         """However the console ends, its watcher process ends with it (the run does not)."""
         if self._watcher is not None:
             await self._stop_watch()
+
+
+def can_draw(screen: Screen) -> bool:
+    """A pulse is handled by the app's loop, which waits for no screen: a screen just pushed is on the
+    stack before it is composed and mounted (its on_mount loads what it shows), and while the app quits
+    (exit, or a test's shutdown) its screens are taken apart, children first, with pulses still coming.
+    Such a screen is not drawn: mounted, its own loop running, and the app neither exiting nor shut down."""
+    return screen.is_mounted and screen.is_running and screen.is_attached and screen.app.is_running
 
 
 def _preflight_text(findings: list) -> Text:

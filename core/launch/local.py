@@ -11,7 +11,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection
 from pathlib import Path
 
 from ..design.commands import ProcessSpec
@@ -38,15 +38,20 @@ def alive(pid: int) -> bool:
     return st is not None and st[0] not in ("Z", "X")
 
 
-def group_members(pgid: int) -> list[int]:
-    """Live (non-zombie) processes in a process group."""
-    out = []
+def scan_groups(pgids: Collection[int]) -> dict[int, list[int]]:
+    """The live (non-zombie) processes of each of these process groups, from one pass over /proc."""
+    out: dict[int, list[int]] = {pg: [] for pg in pgids}
     for entry in os.scandir("/proc"):
         if entry.name.isdigit():
             st = proc_stat(int(entry.name))
-            if st and st[1] == pgid and st[0] not in ("Z", "X"):
-                out.append(int(entry.name))
+            if st and st[1] in out and st[0] not in ("Z", "X"):
+                out[st[1]].append(int(entry.name))
     return out
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes in a process group."""
+    return scan_groups((pgid,))[pgid]
 
 
 def env_marker(run_id: str, name: str) -> str:
@@ -56,8 +61,13 @@ def env_marker(run_id: str, name: str) -> str:
 def is_ours(pgid: int, run_id: str, name: str) -> bool:
     """Some live member of the group carries our marker in its environment (PIDs get reused, so this is
     checked before any signal is sent)."""
+    return carries_marker(group_members(pgid), run_id, name)
+
+
+def carries_marker(pids: list[int], run_id: str, name: str) -> bool:
+    """One of these processes (a group's members, already read) carries our marker in its environment."""
     want = env_marker(run_id, name).encode()
-    for pid in group_members(pgid):
+    for pid in pids:
         try:
             if want in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
                 return True
@@ -90,37 +100,61 @@ TAIL_SAFETY_POLL_S = 2.0  # a local log is followed by file events; polled this 
 KILL_VERIFY_S = 1.0  # after SIGKILL a process is gone at once, stopped or not: verify within this
 
 
-async def stop_groups(items: list[tuple[ProcHandle, int]], grace: float, is_ours_fn) -> list[StopReport]:
-    """SIGTERM each process group, wait up to `grace`, SIGKILL the rest, and verify every member is gone."""
+STOP_TICK_S = 0.05  # a teardown re-reads /proc this often until every group it stops is gone
 
-    async def one(h: ProcHandle, pgid: int) -> StopReport:
-        t0 = time.monotonic()
-        if not group_members(pgid):
-            return StopReport(h.name, h.node, True, "already gone")
-        if not is_ours_fn(h):  # the PID was reused (e.g. after a reboot): ours is gone, theirs is left alone
-            return StopReport(h.name, h.node, True,
-                              f"gone (process group {pgid} now holds someone else's processes; left alone)")
-        try:  # SIGCONT too: a stopped process (state T: SIGSTOP, a debugger) ignores SIGTERM until continued
-            os.killpg(pgid, signal.SIGTERM)
-            os.killpg(pgid, signal.SIGCONT)
-        except ProcessLookupError:
-            return StopReport(h.name, h.node, True, "already gone")
-        while time.monotonic() - t0 < grace:
-            if not group_members(pgid):
-                return StopReport(h.name, h.node, True, f"SIGTERM, gone in {time.monotonic() - t0:.1f}s")
-            await asyncio.sleep(0.05)
-        try:
-            os.killpg(pgid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        t1 = time.monotonic()
-        while time.monotonic() - t1 < KILL_VERIFY_S:
-            if not group_members(pgid):
-                return StopReport(h.name, h.node, True, f"SIGKILL after {grace:g}s grace, gone")
-            await asyncio.sleep(0.05)
-        return StopReport(h.name, h.node, False, f"still running after SIGKILL: pids {group_members(pgid)}")
 
-    return list(await asyncio.gather(*(one(h, pg) for h, pg in items)))
+async def stop_groups(items: list[tuple[ProcHandle, int]], grace: float,
+                      is_ours_fn: Callable[[ProcHandle, list[int]], bool],
+                      scan: Callable[[Collection[int]], dict[int, list[int]]] = scan_groups,
+                      tick: Callable[[], Awaitable[object]] | None = None) -> list[StopReport]:
+    """SIGTERM (+SIGCONT) each process group, wait up to `grace`, SIGKILL what is left, and verify every
+    member is gone. One pass over /proc per tick (`scan`) serves every group still being stopped: a
+    teardown of 129 processes reads /proc as often as one of a single process. `is_ours_fn(handle,
+    members)` is asked before any signal (a reused PID's group is left alone)."""
+    tick = tick or (lambda: asyncio.sleep(STOP_TICK_S))
+    reports: dict[int, StopReport] = {}
+    pending: dict[int, tuple[ProcHandle, int]] = {}
+    t0 = time.monotonic()
+    table = scan({pg for _, pg in items})
+    for i, (h, pgid) in enumerate(items):
+        members = table.get(pgid)
+        if not members:
+            reports[i] = StopReport(h.name, h.node, True, "already gone")
+        elif not is_ours_fn(h, members):  # the PID was reused (e.g. after a reboot): theirs is left alone
+            reports[i] = StopReport(h.name, h.node, True,
+                                    f"gone (process group {pgid} now holds someone else's processes; left alone)")
+        else:
+            try:  # SIGCONT too: a stopped process (state T: SIGSTOP, a debugger) ignores SIGTERM until continued
+                os.killpg(pgid, signal.SIGTERM)
+                os.killpg(pgid, signal.SIGCONT)
+            except ProcessLookupError:
+                reports[i] = StopReport(h.name, h.node, True, "already gone")
+                continue
+            pending[i] = (h, pgid)
+    killed: dict[int, float] = {}  # item -> when it was sent SIGKILL
+    while pending:
+        await tick()
+        table = scan({pg for _, pg in pending.values()})
+        now = time.monotonic()
+        for i, (h, pgid) in list(pending.items()):
+            left = table.get(pgid)
+            if not left:
+                reports[i] = StopReport(h.name, h.node, True, f"SIGKILL after {grace:g}s grace, gone" if i in killed
+                                        else f"SIGTERM, gone in {now - t0:.1f}s")
+            elif i in killed:
+                if now - killed[i] < KILL_VERIFY_S:
+                    continue
+                reports[i] = StopReport(h.name, h.node, False, f"still running after SIGKILL: pids {left}")
+            else:
+                if now - t0 >= grace:
+                    try:
+                        os.killpg(pgid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+                    killed[i] = now
+                continue
+            del pending[i]
+    return [reports[i] for i in range(len(items))]
 
 
 async def wait_exit(pid: int, child: subprocess.Popen | None = None) -> int | None:
@@ -161,6 +195,10 @@ class LocalLauncher(LauncherBase):
         # processes must outlive the console.
         self._children: dict[str, subprocess.Popen] = {}
         self._table: ListenTable | None = None
+        self._stop_batches: dict[float, tuple[list[ProcHandle], asyncio.Future]] = {}
+        self._flushes: set[asyncio.Task] = set()
+        self.scan = scan_groups  # how stop reads the process groups (a test counts the reads)
+        self.tick: Callable[[], Awaitable[object]] | None = None  # stop_groups' pause between reads
 
     async def start(self, spec: ProcessSpec) -> ProcHandle:
         logs = Path(self.run_dir) / "logs"
@@ -223,14 +261,40 @@ class LocalLauncher(LauncherBase):
         return self._table
 
     async def stop(self, handles: list[ProcHandle], grace: float) -> list[StopReport]:
-        items = [(h, h.pid) for h in handles if h.pid]
-        missing = [StopReport(h.name, h.node, True, "never started") for h in handles if not h.pid]
-        reports = await stop_groups(items, grace, lambda h: is_ours(h.pid, self.run_id, h.name))
+        """Stop calls made together (a teardown makes one per process, all at once) are stopped together by
+        one stop_groups, so one /proc read per tick serves them all: joined on the loop's next turn, no wait."""
+        batch = self._stop_batches.get(grace)
+        if batch is None:
+            batch = self._stop_batches[grace] = ([], asyncio.get_running_loop().create_future())
+            task = asyncio.create_task(self._flush_stop(grace))
+            self._flushes.add(task)
+            task.add_done_callback(self._flushes.discard)
+        batch[0].extend(handles)
+        reports = await asyncio.shield(batch[1])
+        return [reports[id(h)] for h in handles]
+
+    async def _flush_stop(self, grace: float) -> None:
+        await asyncio.sleep(0)  # the stop calls started in the same turn of the loop join this one
+        handles, fut = self._stop_batches.pop(grace)
+        try:
+            fut.set_result(await self._stop_now(handles, grace))
+        except BaseException as e:
+            fut.set_exception(e if isinstance(e, Exception) else RuntimeError("stopping: cancelled"))
+            if not isinstance(e, Exception):
+                raise
+
+    async def _stop_now(self, handles: list[ProcHandle], grace: float) -> dict[int, StopReport]:
+        started = [h for h in handles if h.pid]
+        out = {id(h): StopReport(h.name, h.node, True, "never started") for h in handles if not h.pid}
+        reports = await stop_groups([(h, h.pid or 0) for h in started], grace,
+                                    lambda h, members: carries_marker(members, self.run_id, h.name),
+                                    scan=self.scan, tick=self.tick)
+        out.update({id(h): r for h, r in zip(started, reports)})
         for h in handles:  # reap our children so they do not linger as zombies
             child = self._children.get(h.name)
             if child is not None:
                 child.poll()
-        return missing + reports
+        return out
 
 
 def _rc(returncode: int) -> int:

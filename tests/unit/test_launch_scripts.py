@@ -14,7 +14,7 @@ import tomllib
 import uuid
 
 import pytest
-from atomdeck.core.launch import base, slurm, ssh
+from atomdeck.core.launch import base, slurm, slurm_node, ssh
 from atomdeck.core.launch.base import script
 
 from tests.conftest import ROOT
@@ -26,9 +26,10 @@ def test_the_scripts_are_package_data_and_each_is_used():
     data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
     assert "scripts/*.sh" in data["atomdeck.core.launch"]
     assert {p.stem for p in SCRIPTS} == {"supervisor", "wait", "stop", "sweep", "poll", "slurm-sweep", "already",
-                                         "slurm-node", "slurm-stop", "slurm-start"}
+                                         "slurm-node", "slurm-stop", "slurm-start", "slurm-release"}
     loaded = {base.SUPERVISOR, ssh.WAIT_SCRIPT, ssh.STOP_SCRIPT, ssh.SWEEP_SCRIPT, ssh.POLL_SCRIPT, slurm.SWEEP_SCRIPT,
-              ssh.ALREADY_SCRIPT, slurm.NODE_SCRIPT, slurm.STOP_SCRIPT, slurm.START_SCRIPT}
+              ssh.ALREADY_SCRIPT, slurm_node.NODE_SCRIPT, slurm_node.STOP_SCRIPT, slurm_node.START_SCRIPT,
+              slurm.RELEASE_SCRIPT}
     assert loaded == {script(p.stem) for p in SCRIPTS}
 
 
@@ -119,7 +120,7 @@ def test_the_slurm_node_script_starts_each_process_under_its_own_supervisor_and_
     lines = [["start", n, base.marker(run, n), str(tmp_path / f"{n}.log"), str(tmp_path / f"{n}.exit"), *argv]
              for n, argv in (("a", ["sh", "-c", "echo hi from a; sleep 60"]), ("b", ["sh", "-c", "echo b; exit 3"]))]
     listing.write_text("".join(shlex.join(line) + "\n" for line in lines))
-    agent = subprocess.Popen(["sh", "-c", slurm.NODE_SCRIPT, "node", run, base.SUPERVISOR, str(listing)],
+    agent = subprocess.Popen(["sh", "-c", slurm_node.NODE_SCRIPT, "node", run, base.SUPERVISOR, str(listing)],
                              stdout=subprocess.PIPE, text=True, env={**os.environ, "ATOMDECK_RUN": f"{run}:@n"})
     pids: dict[str, int] = {}
     try:
@@ -128,17 +129,17 @@ def test_the_slurm_node_script_starts_each_process_under_its_own_supervisor_and_
             line = agent.stdout.readline()
             assert line, out
             out += line
-            pids = slurm.started_pids(out)
-        assert slurm.ended_codes(out) == {"b": 3} and (tmp_path / "b.exit").read_text() == "3\n"
+            pids = slurm_node.started_pids(out)
+        assert slurm_node.ended_codes(out) == {"b": 3} and (tmp_path / "b.exit").read_text() == "3\n"
         assert os.getpgid(pids["a"]) == pids["a"] and os.getsid(pids["a"]) == pids["a"]  # a group of its own
         assert _env_has(pids["a"], f"ATOMDECK_RUN={run}:a")
-        stop = subprocess.run(["sh", "-c", slurm.STOP_SCRIPT, "stop", "5", f"{pids['a']}:{run}:a",
+        stop = subprocess.run(["sh", "-c", slurm_node.STOP_SCRIPT, "stop", "5", f"{pids['a']}:{run}:a",
                                f"{pids['b']}:{run}:b"], capture_output=True, text=True, timeout=30)
         said = dict(line.split(" ", 1) for line in stop.stdout.splitlines())
         assert said[str(pids["a"])].startswith("gone after SIGTERM") and said[str(pids["b"])] == "gone already"
         rest = agent.stdout.read()
         assert agent.wait(timeout=10) == 0  # the node step ends once its processes have
-        assert slurm.ended_codes(out + rest) == {"a": 143, "b": 3}
+        assert slurm_node.ended_codes(out + rest) == {"a": 143, "b": 3}
         assert (tmp_path / "a.exit").read_text() == "143\n" and (tmp_path / "a.log").read_text().startswith("hi from a\n")
     finally:
         for pid in pids.values():

@@ -21,7 +21,7 @@ def test_a_stopped_group_leaves_on_sigterm_not_after_the_grace_period():
         while open(f"/proc/{child.pid}/stat").read().rsplit(")", 1)[1].split()[0] != "T":
             time.sleep(0.01)
         h = ProcHandle("decode-0", "local", "127.0.0.1", "local", pid=child.pid)
-        (rep,) = asyncio.run(stop_groups([(h, child.pid)], 30.0, lambda _h: True))
+        (rep,) = asyncio.run(stop_groups([(h, child.pid)], 30.0, lambda _h, _members: True))
         assert rep.ok and rep.detail.startswith("SIGTERM, gone in"), rep.detail
         assert group_members(child.pid) == []
         assert child.wait(5) == -signal.SIGTERM

@@ -55,7 +55,6 @@ class LogScreen(Screen):
         self.received = 0
         self._shown: dict[str, Text] = {}
         self._drawn_version = -1
-        self._loaded = False  # set at the end of on_mount: until then a pulse has nothing to append to
 
     @property
     def console(self) -> ConsoleApp:
@@ -79,7 +78,6 @@ class LogScreen(Screen):
         self._load()
         self.logview.focus()
         self._draw()
-        self._loaded = True
 
     def _load(self) -> None:
         """History from disk (lines logged before this console attached), then what the buffers hold."""
@@ -97,11 +95,8 @@ class LogScreen(Screen):
         self.logview.append(lines)
 
     def run_updated(self) -> None:
-        """New lines (at most ten times a second): appended in one batch."""
-        if not self._loaded or not self.query(LogLines):
-            # pushed but not loaded yet (a pulse can come first: on_mount loads everything), or being
-            # taken apart (the app quits: its children go before a pulse already queued is handled)
-            return
+        """New lines (at most ten times a second): appended in one batch. Only once loaded, and not
+        while the app quits (RunController.redraw checks, see run_control.can_draw)."""
         batch: list[str] = []
         for name in self.names:
             new, skipped, seq = self.live.lines_after(name, self.seen.get(name, 0))

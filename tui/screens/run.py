@@ -172,10 +172,8 @@ class RunScreen(Screen):
     def redraw(self, clock: bool = False) -> None:
         """Everything from the run's state; `clock`: the state did not change since the last redraw,
         only the time did (see tick)."""
-        if not self.is_mounted or not self._visible() or not self.query(ProcessTable):
-            # (a log view covers it: on_screen_resume draws it again; no panels: a pulse came before
-            # they were composed, or while the app quits and takes them apart)
-            return
+        if not self.is_mounted or not self._visible():
+            return  # (a log view covers it: on_screen_resume draws it again)
         app = self.console
         live = app.live
         if not clock:

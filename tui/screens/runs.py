@@ -62,8 +62,7 @@ class RunsScreen(Screen):
         self.reload()
 
     def run_updated(self) -> None:
-        if self.is_mounted:
-            self._bar()
+        self._bar()
 
     @property
     def current(self) -> str | None:

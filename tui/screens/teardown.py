@@ -75,8 +75,6 @@ class TeardownScreen(ModalScreen[None]):
         self.run_updated()
 
     def run_updated(self) -> None:
-        if not self.is_mounted:
-            return
         live = self.live
         ok, err, warn = (self.get_component_rich_style(f"teardown--{v}", partial=True)
                          for v in ("ok", "error", "warning"))

@@ -1,0 +1,355 @@
+"""The Slurm launcher's node steps: one `srun --overlap` step per node runs scripts/slurm-node.sh, which
+starts that node's processes (each under the supervisor, in its own session and process group, with its
+own log and exit-code file on the shared file system) and reports each one's start and end on the step's
+output ("started NAME PID", "ended NAME CODE"). Here: starting a node's processes (directly, or through a
+login host with scripts/slurm-start.sh), reading their state in one command, waiting on the step's output,
+and stopping a node's processes together in one step (scripts/slurm-stop.sh).
+
+`NodeSteps` is a part of `SlurmLauncher` (slurm.py), which holds the job, the runner and the step table.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shlex
+import subprocess
+import time
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..config.errors import AtomdeckError
+from ..design.commands import ProcessSpec
+from ..remote.filetail import follow
+from ..remote.shell import Runner
+from .base import SUPERVISOR, ProcHandle, ProcStatus, StopReport, marker, script
+from .local import describe_exit, wait_exit
+
+NODE_SCRIPT = script("slurm-node")  # one step per node starts the node's processes and reports their ends
+STOP_SCRIPT = script("slurm-stop")  # stop several of a node's processes by process group, in one step
+START_SCRIPT = script("slurm-start")  # through a login host: write the list, start the node's step, wait
+
+AGENT = "atomdeck-node:"  # job-name prefix of the per-node steps
+STOP_GATHER_S = 0.02  # teardown stops every process at once, one call each: a node's calls share one step
+NEWS_POLL_S = 2.0  # wait() re-checks a process this often even when its node's step says nothing
+
+
+class NodeSteps:
+    """Starting, watching and stopping processes through one step per node (mixed into SlurmLauncher)."""
+
+    # SlurmLauncher's (slurm.py)
+    kind: str
+    run_id: str
+    job_id: str | None
+    runner: Runner
+    local_control: bool
+    shared_dir: str
+    _children: dict[str, subprocess.Popen]  # node step key (or a process of its own step) -> its srun client
+    _watchers: dict[str, asyncio.Task]  # node step key -> the task following its output
+    _news: dict[str, asyncio.Event]
+    _waiting: dict[str, dict[str, tuple[ProcHandle, asyncio.Future]]]  # node step -> its waiters
+    _stop_batches: dict[tuple[str, float], tuple[list[ProcHandle], asyncio.Future]]
+
+    if TYPE_CHECKING:  # SlurmLauncher's too: the job's step table, reads, and processes of a step of their own
+        def _srun(self, node: str, name: str, inner: list[str], output: str | None) -> list[str]: ...
+        def _tail_runner(self, name: str) -> Runner: ...
+        async def _steps_now(self, max_age: float = 0.5) -> dict[str, tuple[str, str]]: ...
+        async def _find_step(self, name: str) -> str | None: ...
+        async def _read(self, path: str) -> str: ...
+        async def _exit_code(self, h: ProcHandle) -> int | None: ...
+        async def _poll_step(self, handle: ProcHandle) -> ProcStatus: ...
+        async def _step_end(self, h: ProcHandle) -> str: ...
+        async def _stop_one(self, h: ProcHandle, grace: float) -> StopReport: ...
+
+    async def start(self, spec: ProcessSpec) -> ProcHandle:
+        (h,) = await self.start_many([spec])
+        if isinstance(h, BaseException):
+            raise h
+        return h
+
+    async def start_many(self, specs: list[ProcessSpec]) -> list[ProcHandle | BaseException]:
+        """One step per node starts all of that node's processes; the nodes go in parallel."""
+        by_node: dict[str, list[ProcessSpec]] = {}
+        for s in specs:
+            by_node.setdefault(s.node, []).append(s)
+        results: dict[str, ProcHandle | BaseException] = {}
+
+        async def node(name: str, group: list[ProcessSpec]) -> None:
+            try:
+                results.update({h.name: h for h in await self._start_node(name, group)})
+            except BaseException as e:
+                for s in group:
+                    results[s.name] = e
+
+        await asyncio.gather(*(node(n, g) for n, g in by_node.items()))
+        return [results[s.name] for s in specs]
+
+    async def _start_node(self, node: str, group: list[ProcessSpec]) -> list[ProcHandle]:
+        logs = f"{self.shared_dir}/logs"
+        key = f"{node}.{uuid.uuid4().hex[:6]}"  # a later start on the node gets a step of its own
+        base = f"{logs}/node-{key}"
+        agent_log, listing, srun_log = f"{base}.log", f"{base}.list", f"{base}.srun.log"
+        text = "".join(shlex.join(["start", s.name, marker(self.run_id, s.name), f"{logs}/{s.name}.log",
+                                   f"{logs}/{s.name}.exit", *s.inner]) + "\n" for s in group)
+        argv = ["srun", "--jobid", str(self.job_id), "--overlap", "-w", node, "-N1", "-n1", f"--job-name={AGENT}{key}",
+                f"--output={agent_log}", "sh", "-c", NODE_SCRIPT, "atomdeck-node", self.run_id, SUPERVISOR, listing]
+        env = {"ATOMDECK_RUN": f"{self.run_id}:@{key}"}  # the sweep finds the node's step by it too
+        names = [s.name for s in group]
+        if self.local_control:
+            fd = os.open(listing, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with open(fd, "w") as f:
+                f.write(text)
+            Path(agent_log).unlink(missing_ok=True)
+            fd = os.open(srun_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            try:
+                child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=fd, stderr=fd,
+                                         start_new_session=True, close_fds=True, env={**os.environ, **env})
+            finally:
+                os.close(fd)
+            self._children[key] = child
+            pid, out = child.pid, await self._started_here(agent_log, len(group), child)
+        else:
+            command = ["env", *[f"{k}={v}" for k, v in env.items()], *argv]
+            res = await self.runner.run(["sh", "-c", START_SCRIPT, "start", listing, agent_log, srun_log,
+                                         str(len(group)), *command], input=text, timeout=90, check=True)
+            lines = res.stdout.splitlines()
+            pid = int(lines[0].split()[1]) if lines and lines[0].startswith("srun ") else 0
+            out = "\n".join(lines[1:])
+        pids = started_pids(out)
+        missing = [n for n in names if n not in pids]
+        if missing:
+            said = (await self._read(srun_log)).strip()
+            why = said.splitlines()[-1] if said else "srun gave no reason"
+            raise AtomdeckError(f"the step for {node} did not start {', '.join(missing)}: {why}")
+        step = await self._find_step(f"{AGENT}{key}")
+        extra = {"job_id": self.job_id, "agent": key, "agent_log": agent_log, "agent_seen": len(out.encode()),
+                 "srun_log": srun_log, "srun_pid": pid, "srun_here": self.local_control}
+        return [ProcHandle(s.name, s.node, s.host, self.kind, pid=pids[s.name], log_path=f"{logs}/{s.name}.log",
+                           exit_path=f"{logs}/{s.name}.exit", step=step, extra=dict(extra)) for s in group]
+
+    async def _started_here(self, path: str, n: int, child: subprocess.Popen, timeout: float = 60) -> str:
+        """The node step's output once it shows n "started" lines (or srun ended, or the timeout)."""
+        t0 = time.monotonic()
+        while True:
+            ended = child.poll() is not None  # before the read: once srun has ended, its output is complete
+            try:
+                text = Path(path).read_text(errors="replace")
+            except OSError:
+                text = ""
+            if len(started_pids(text)) >= n or ended or time.monotonic() - t0 > timeout:
+                return text
+            await asyncio.sleep(0.01)
+
+
+    async def poll(self, handle: ProcHandle) -> ProcStatus:
+        return (await self.poll_many([handle]))[0]
+
+    async def poll_many(self, handles: list[ProcHandle]) -> list[ProcStatus]:
+        """Alive, or how each ended: the exit files and the node steps' output read in one go (one command
+        through a login host however many processes), then the step table for those still running."""
+        out: dict[int, ProcStatus] = {}
+        mine = [(i, h) for i, h in enumerate(handles) if h.extra.get("agent")]
+        for i, h in enumerate(handles):
+            if not h.extra.get("agent"):  # a process started as a step of its own (by an earlier version)
+                out[i] = await self._poll_step(h)
+        texts = await self._read_many(sorted({p for _, h in mine for p in (h.exit_path, h.extra["agent_log"])}))
+        alive: dict[str, bool] = {}
+        for i, h in mine:
+            code = _int(texts.get(h.exit_path, ""))
+            ended = ended_codes(texts.get(h.extra["agent_log"], ""))
+            if code is not None:
+                out[i] = ProcStatus(False, code, describe_exit(code))
+            elif h.name in ended:  # the supervisor itself ended without writing the exit file
+                c = ended[h.name]
+                out[i] = ProcStatus(False, c, f"its supervisor {describe_exit(c)}" if c is not None else
+                                    "ended, exit code unknown")
+            else:
+                key = h.extra["agent"]
+                if key not in alive:
+                    alive[key] = await self._agent_alive(h)
+                if alive[key]:
+                    out[i] = ProcStatus(True)
+                elif (code := await self._exit_code(h)) is not None:  # it ended together with the node's step
+                    out[i] = ProcStatus(False, code, describe_exit(code))
+                else:
+                    out[i] = ProcStatus(False, None, await self._step_end(h))
+        return [out[i] for i in range(len(handles))]
+
+    async def _read_many(self, paths: list[str]) -> dict[str, str]:
+        """path -> text of the files that exist (small files: exit codes, node step output)."""
+        if self.local_control:
+            return {p: await self._read(p) for p in paths}
+        res = await self.runner.run(["sh", "-c", 'for f; do printf "\\036%s\\n" "$f"; cat -- "$f" 2>/dev/null; done',
+                                     "read", *paths], timeout=20)
+        out: dict[str, str] = {}
+        path = None
+        for line in res.stdout.split("\n"):  # not splitlines(): it splits at \036 too
+            if line.startswith("\036"):
+                path = line[1:]
+                out[path] = ""
+            elif path is not None:
+                out[path] += line + "\n"
+        return out
+
+    async def _agent_alive(self, h: ProcHandle) -> bool:
+        key = h.extra["agent"]
+        child = self._children.get(key)
+        if child is not None:
+            return child.poll() is None
+        if f"{AGENT}{key}" in await self._steps_now():
+            return True
+        pid = h.extra.get("srun_pid")
+        if pid and not self.local_control:  # a step that squeue has not listed yet, or no longer does
+            return (await self.runner.run(["kill", "-0", str(pid)], timeout=10)).ok
+        return False
+
+
+    async def wait(self, handle: ProcHandle) -> ProcStatus:
+        """Return when the process ends. One loop per node step serves every process it holds: it reads
+        their state when the step's output grows (an "ended" line comes right after the supervisor wrote the
+        exit file) or its srun client ends, and every NEWS_POLL_S in case neither is seen."""
+        key = handle.extra.get("agent")
+        if not key:  # a step of its own, reattached: the exit file is the fast signal
+            while True:
+                st = await self.poll(handle)
+                if not st.alive:
+                    return st
+                await asyncio.sleep(0.25 if self.local_control else 1.0)
+        fut = asyncio.get_running_loop().create_future()
+        self._waiting.setdefault(key, {})[handle.name] = (handle, fut)
+        loop = self._watchers.get(f"{key}/wait")
+        if loop is None or loop.done():
+            self._watchers[f"{key}/wait"] = asyncio.create_task(self._wait_loop(key))
+        try:
+            return await asyncio.shield(fut)
+        finally:
+            entry = self._waiting.get(key, {}).get(handle.name)
+            if entry is not None and entry[1] is fut:
+                del self._waiting[key][handle.name]
+
+    async def _wait_loop(self, key: str) -> None:
+        while pending := [item for item in self._waiting.get(key, {}).values() if not item[1].done()]:
+            news = self._news_event(pending[0][0])
+            try:
+                states = await self.poll_many([h for h, _ in pending])
+            except Exception:
+                states = [ProcStatus(True)] * len(pending)  # a login host not answering: try again soon
+            for (_, fut), st in zip(pending, states):
+                if not st.alive and not fut.done():
+                    fut.set_result(st)
+            try:
+                await asyncio.wait_for(news.wait(), NEWS_POLL_S)
+            except TimeoutError:
+                pass
+
+    def _news_event(self, h: ProcHandle) -> asyncio.Event:
+        """Set on the next line of the node step's output or when its srun client ends."""
+        key = h.extra["agent"]
+        watcher = self._watchers.get(key)
+        if watcher is None or watcher.done():
+            self._watchers[key] = asyncio.create_task(self._follow_agent(h))
+        return self._news.setdefault(key, asyncio.Event())
+
+    def _tell(self, key: str) -> None:
+        ev = self._news.pop(key, None)
+        if ev is not None:
+            ev.set()
+
+    async def _follow_agent(self, h: ProcHandle) -> None:
+        key, path, seen = h.extra["agent"], h.extra["agent_log"], int(h.extra.get("agent_seen", 0))
+        child = self._children.get(key)
+        if child is not None:
+            async def srun_ended() -> None:
+                await wait_exit(child.pid, child)
+                self._tell(key)
+            self._watchers[f"{key}/srun"] = asyncio.create_task(srun_ended())
+        if self.local_control:
+            lines = follow(path, seen)
+        else:
+            from ..remote.ssh.tail import tail as remote_tail
+
+            lines = remote_tail(self._tail_runner(f"@{key}"), path, seen)
+        try:
+            async for _ in lines:
+                self._tell(key)
+        except Exception:
+            pass  # a connection lost: wait() still re-checks every NEWS_POLL_S
+
+
+    async def stop(self, handles: list[ProcHandle], grace: float) -> list[StopReport]:
+        return list(await asyncio.gather(*(self._stop_batched(h, grace) if h.extra.get("agent") else
+                                           self._stop_one(h, grace) for h in handles)))
+
+    async def _stop_batched(self, h: ProcHandle, grace: float) -> StopReport:
+        """Stop calls for one node made together (teardown makes one per process, all at once) share one
+        step: a step costs slurmctld and the node a slurmstepd each, and ~60 ms to start."""
+        key = (h.node, grace)
+        batch = self._stop_batches.get(key)
+        if batch is None:
+            batch = self._stop_batches[key] = ([], asyncio.get_running_loop().create_future())
+            self._watchers[f"stop/{h.node}/{grace}"] = asyncio.create_task(self._flush_stop(key))
+        batch[0].append(h)
+        reports = await asyncio.shield(batch[1])
+        return reports[h.name]
+
+    async def _flush_stop(self, key: tuple[str, float]) -> None:
+        await asyncio.sleep(STOP_GATHER_S)
+        handles, fut = self._stop_batches.pop(key)
+        try:
+            fut.set_result(await self._stop_node(key[0], handles, key[1]))
+        except BaseException as e:
+            fut.set_exception(e if isinstance(e, Exception) else AtomdeckError(f"stopping on {key[0]}: cancelled"))
+            if not isinstance(e, Exception):
+                raise
+
+    async def _stop_node(self, node: str, handles: list[ProcHandle], grace: float) -> dict[str, StopReport]:
+        """TERM (+CONT) the process groups, KILL what is left after the grace period, verify: one step. No poll
+        first: the step says "gone already" of a group with no member (one round trip less through a login host),
+        and a group whose PID now belongs to someone else is left alone (the marker check)."""
+        out: dict[str, StopReport] = {}
+        alive = handles
+        inner = ["sh", "-c", STOP_SCRIPT, "stop", str(int(max(1, grace))),
+                 *(f"{h.pid}:{self.run_id}:{h.name}" for h in alive)]
+        res = await self.runner.run(self._srun(node, "atomdeck-stop", inner, output=None), timeout=grace + 30,
+                                    env={"ATOMDECK_RUN": ""})
+        said = {}
+        for line in res.stdout.splitlines():
+            pg, _, rest = line.partition(" ")
+            said[pg] = rest
+        for h in alive:
+            text = said.get(str(h.pid))
+            if text is not None:
+                out[h.name] = StopReport(h.name, h.node, text.startswith("gone"), text)
+            elif not (await self.poll(h)).alive:  # the step could not run (the job ended): neither does it
+                out[h.name] = StopReport(h.name, h.node, True, "gone (with its node's step)")
+            else:
+                out[h.name] = StopReport(h.name, h.node, False, f"could not stop it on {node}: {res.explain()}")
+        return out
+
+
+def started_pids(text: str) -> dict[str, int]:
+    """name -> PID from a node step's "started NAME PID" lines."""
+    out = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 3 and parts[0] == "started" and parts[2].isdigit():
+            out[parts[1]] = int(parts[2])
+    return out
+
+
+def _int(text: str) -> int | None:
+    try:
+        return int(text.strip())
+    except ValueError:
+        return None
+
+
+def ended_codes(text: str) -> dict[str, int | None]:
+    """name -> the supervisor's exit status (None: not known) from a node step's "ended NAME CODE" lines."""
+    out: dict[str, int | None] = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) >= 2 and parts[0] == "ended":
+            out[parts[1]] = int(parts[2]) if len(parts) > 2 and parts[2].isdigit() else None
+    return out
