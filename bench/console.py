@@ -115,6 +115,22 @@ def flood(seconds: float = 30.0, presses: int = 50) -> dict:
             rss: list[float] = []
             watcher = _watcher_pid(pid)
             watcher_rss: list[float] = []
+
+            def waited(p: int | None) -> float:
+                """Seconds `p` was runnable but waiting for a CPU (/proc/PID/schedstat): the machine's load."""
+                try:
+                    return int(Path(f"/proc/{p}/schedstat").read_text().split()[1]) / 1e9 if p else 0.0
+                except (OSError, ValueError, IndexError):
+                    return 0.0
+
+            def written(p: int | None) -> int:
+                """Bytes `p` wrote (/proc/PID/io): for the watcher, nearly all of it is its stream to the console."""
+                try:
+                    return int(re.search(r"wchar: (\d+)", Path(f"/proc/{p}/io").read_text()).group(1)) if p else 0
+                except (OSError, AttributeError):
+                    return 0
+
+            wait0 = (waited(pid), waited(watcher), os.getloadavg()[0], written(watcher))
             cpu0 = (_cpu_s(pid), _cpu_s(watcher), time.monotonic())
             wrap = False
             gap = max(0.05, (seconds - 3) / presses)
@@ -128,6 +144,9 @@ def flood(seconds: float = 30.0, presses: int = 50) -> dict:
                 time.sleep(gap)
             elapsed = time.monotonic() - cpu0[2]
             cpu = (100 * (_cpu_s(pid) - cpu0[0]) / elapsed, 100 * (_cpu_s(watcher) - cpu0[1]) / elapsed)
+            wait = (1000 * (waited(pid) - wait0[0]) / elapsed, 1000 * (waited(watcher) - wait0[1]) / elapsed)
+            load = (wait0[2], os.getloadavg()[0])
+            stream_kb_s = (written(watcher) - wait0[3]) / 1024 / elapsed
             if "wrap off" in term.screen():  # the line numbers sit at the end of long lines
                 term.press_until("w", re.compile("wrap on"))
                 time.sleep(0.3)
@@ -158,6 +177,9 @@ def flood(seconds: float = 30.0, presses: int = 50) -> dict:
                     "key_max_s": round(max(latencies), 4), "key_all_ms": sorted(round(x * 1000) for x in latencies),
                     "rss_max_mb": round(max(rss), 1), "watcher_rss_max_mb": round(max(watcher_rss), 1),
                     "console_cpu_pct": round(cpu[0]), "watcher_cpu_pct": round(cpu[1]),
+                    # ms per second each waited for a CPU while runnable (CPU starvation, not its own work)
+                    "console_cpu_wait_ms_per_s": round(wait[0]), "watcher_cpu_wait_ms_per_s": round(wait[1]),
+                    "load_avg_1min": [round(x, 1) for x in load], "watcher_stream_kb_per_s": round(stream_kb_s),
                     "rss_median_mb": round(statistics.median(rss), 1), "flood_lines_on_disk": lines,
                     "lines_missing": missing, "following_at_end": still_follow,
                     "screen_behind_file_s": round(behind_s, 2)}

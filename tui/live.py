@@ -8,11 +8,16 @@ listeners, earlier lines from the log file core keeps on disk.
 
 core's watching itself runs in a watcher process (watcher.py); what it reports is folded into
 this Run in the console's event loop (watch_client.py), so everything here is single-threaded.
+That watcher sends every line only of the processes a view shows (a log view, the last lines panel:
+`want_lines`), the others' last lines into core's state; a log view loads the file up to the offset
+the watcher names for a process, then appends what it sends (issue 19: under 8 x 2,000 lines/s the
+console decoded every line of every process).
 """
 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from itertools import islice
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -52,6 +57,16 @@ class LiveRun:
         self.teardown_events: dict[str, tuple[str, str]] = {}  # process/port/allocation -> (value, detail)
         # where core resumes reading each log: lines before it are history, read from disk on demand
         self.start_offsets = {name: int(run.offsets.get(name, 0)) for name in run.processes}
+        # A watcher process sends every line only of the processes a view shows (want_lines); of the others
+        # core's last lines only. `ask` tells it (None: every line of every process reaches the listeners).
+        self.ask: Callable[[set[str]], None] | None = None
+        self.filtering = False  # a watcher that sends only what is asked was used: buffers hold only that
+        self.wants: dict[object, set[str]] = {}  # who (a screen) -> the processes it shows every line of
+        self.asked: set[str] = set()
+        self.synced: set[str] = set()  # asked, and the watcher said from which offset their lines come
+        self.base_seq: dict[str, int] = {}  # line_seq when that offset was set (buffers hold what came after)
+        self.resyncs: dict[str, int] = {}  # how often it was set (a log view reloads when it changes)
+        self._told = False  # the watcher was told what to send
         run.listeners.append(self._on_event)
         run.line_listeners.append(self._on_line)
 
@@ -77,6 +92,56 @@ class LiveRun:
         buf.append(line)
         self.line_seq[name] += 1
         self.lines_version += 1
+
+    def _on_count(self, name: str, count: int) -> None:
+        """Lines a process logged that no view showed (core's last lines of it changed)."""
+        self.lines_version += 1
+
+    def _on_from(self, name: str, offset: int) -> None:
+        """The watcher's answer to `ask`: every line of `name` after byte `offset` of its log comes from now
+        on; the lines before it are on disk (history reads up to it)."""
+        if name not in self.asked:  # asked and dropped again meanwhile
+            return
+        buf = self.buffers.get(name)
+        if buf is None:
+            buf = self.buffers[name] = deque(maxlen=self.keep)
+            self.line_seq[name] = 0
+        buf.clear()
+        self.base_seq[name] = self.line_seq[name]
+        self.start_offsets[name] = offset
+        self.synced.add(name)
+        self.resyncs[name] = self.resyncs.get(name, 0) + 1
+        self.lines_version += 1
+
+    def use_watcher(self, ask: Callable[[set[str]], None] | None) -> None:
+        """A watcher that sends lines only when asked (None: none any more, every line is on disk)."""
+        self.ask = ask
+        if ask is not None:  # (when it ends, what it had synced stays synced up to where it ended)
+            self.filtering = True
+            self.asked, self.synced, self._told = set(), set(), False
+            self._ask()
+
+    def want_lines(self, who: object, names: list[str]) -> None:
+        """`who` (a screen) shows every line of `names` ([]: none any more)."""
+        if names:
+            self.wants[who] = set(names)
+        else:
+            self.wants.pop(who, None)
+        if self.ask is not None:
+            self._ask()
+
+    def _ask(self) -> None:
+        union: set[str] = set().union(*self.wants.values())
+        if self.ask is None or (self._told and union == self.asked):
+            return
+        self._told = True
+        self.synced &= union
+        self.asked = union
+        self.ask(union)
+
+    def streams(self, name: str) -> bool:
+        """Whether every line of `name` reaches this console (else only its last lines, in core's state)."""
+        return not self.filtering or name in self.synced
 
     def begin_teardown(self) -> None:
         self.teardown_running = True
@@ -128,17 +193,20 @@ class LiveRun:
             return self.run.rd.path / "logs" / f"{name}.log"
         return Path(h.log_path)
 
-    def history(self, name: str, n: int) -> list[str]:
-        """Up to n lines logged before this console attached (read from the file on disk)."""
-        end = self.start_offsets.get(name, 0)
+    def history(self, name: str, n: int, to_end: bool = False) -> list[str]:
+        """Up to n lines logged before the lines this console received (or, `to_end`, the last n lines of
+        the file), read from the file on disk and redacted as the watcher redacts the lines it sends."""
+        end = None if to_end else self.start_offsets.get(name, 0)
         path = self.log_path(name)
-        if n <= 0 or end <= 0 or path is None:
+        if n <= 0 or (end is not None and end <= 0) or path is None:
             return []
-        return read_tail(path, n, end=end)
+        redact = getattr(self.run, "redact", None)
+        lines = read_tail(path, n, end=end)
+        return [redact(x) for x in lines] if redact is not None else lines
 
     def snapshot_lines(self, name: str) -> tuple[list[str], int]:
-        """(every line the buffer holds, the count of lines ever received) at one instant."""
-        return list(self.buffers.get(name, ())), self.line_seq.get(name, 0)
+        """(every line the buffer holds, the count of lines received since history ends) at one instant."""
+        return list(self.buffers.get(name, ())), self.line_seq.get(name, 0) - self.base_seq.get(name, 0)
 
     def lines_after(self, name: str, seen: int) -> tuple[list[str], int, int]:
         """(new lines, lines skipped because they already left the bounded buffer, new seq)."""
@@ -155,7 +223,7 @@ class LiveRun:
         """The last n lines of a process: what this console received, else core's last lines (read
         from disk when the run was reattached)."""
         buf = self.buffers.get(name)
-        if buf:
+        if buf and self.streams(name):
             return list(islice(reversed(buf), n))[::-1]
         p = self.state.procs.get(name)
         return list(p.last_lines)[-n:] if p else []

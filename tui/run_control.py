@@ -103,6 +103,10 @@ class RunController:
         if watch:
             live.watching = True
             self._watcher = WatchProcess(run)
+            # the watcher sends every line only of the processes a view shows (the log view, the last
+            # lines): under a flood the others would cost this loop 2,000 decoded lines a second each
+            self._watcher.on_from, self._watcher.on_count = live._on_from, live._on_count
+            live.use_watcher(self._watcher.want)
             self._watch_worker = self.app.run_worker(self._watch(live, self._watcher), group="watch",
                                                  exclusive=True, exit_on_error=False)
         self.poke()
@@ -119,6 +123,7 @@ class RunController:
             watcher.error = watcher.error or str(e) or type(e).__name__
         finally:
             live.watching = False
+            live.use_watcher(None)
             live.version += 1
         if watcher.error and self.live is live:
             self.app.notify(f"stopped watching run {live.id}: {watcher.error}", title="Watch", severity="error",

@@ -9,6 +9,7 @@ import asyncio
 import json
 import os
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..core.run.events import Event
@@ -28,6 +29,11 @@ class WatchProcess:
         self.error = ""
         self.ready = False
         self.stopping = asyncio.Event()  # the watcher acknowledged "stopping"
+        # the processes whose every line this console wants (a log view, the last lines panel); the others
+        # come as counts and their last lines, into core's state. None: every line of every process.
+        self.wanted: set[str] | None = None
+        self.on_from: Callable[[str, int], None] | None = None  # (process, offset): its every line from there
+        self.on_count: Callable[[str, int], None] | None = None  # (process, lines) it logged, not sent
 
     @property
     def pid(self) -> int | None:
@@ -79,19 +85,46 @@ class WatchProcess:
                 if text.strip():
                     self._fold(Event.from_json(text))
             self.known = int(msg["ready"])
+            if self.wanted is not None:
+                self._ask()
         for text in msg.get("e", ()):
             self._fold(Event.from_json(text))
         t = msg.get("t", 0.0)
+        listeners = list(run.line_listeners)
         for name, lines in msg.get("l", ()):
-            for line in lines:
-                for fn in list(run.line_listeners):
+            for fn in listeners:
+                for line in lines:
                     fn(name, line)
             for line in lines[-KEEP_LAST:]:  # last lines and "silent for", through core's fold
                 run.state.apply(Event("proc.line", name, detail=line, t=t))
+        for name, count, last in msg.get("q", ()):  # processes no view shows: their last lines only
+            for line in last[-KEEP_LAST:]:
+                run.state.apply(Event("proc.line", name, detail=line, t=t))
+            if self.on_count is not None:
+                self.on_count(name, int(count))
+        for name, offset in (msg.get("from") or {}).items():
+            if self.on_from is not None:
+                self.on_from(name, int(offset))
         if msg.get("stopping"):
             self.stopping.set()
         if "error" in msg:
             self.error = str(msg["error"])
+
+    def want(self, names: set[str]) -> None:
+        """Ask for every line of these processes (and only counts and last lines of the others); the
+        watcher answers with the offset each newly asked one starts from (on_from)."""
+        self.wanted = set(names)
+        if self.ready:
+            self._ask()
+
+    def _ask(self) -> None:
+        proc = self.proc
+        if proc is None or proc.returncode is not None or proc.stdin is None:
+            return
+        try:
+            proc.stdin.write(b"lines " + json.dumps(sorted(self.wanted or ())).encode() + b"\n")
+        except (OSError, RuntimeError):  # the watcher is going away: pump() reports how it ended
+            pass
 
     def _fold(self, e: Event) -> None:
         if self.run.state.apply(e):

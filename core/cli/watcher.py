@@ -12,11 +12,20 @@ saving where it read each log, when the console closes its stdin or goes away.
 
 Protocol, one JSON object per line on stdout:
   {"ready": N}                 the run was opened; N = events in events.jsonl when it was read
-  {"e": [EVENT_JSON, ...], "l": [[PROCESS, [LINE, ...]], ...], "t": TIME}   what happened since
+  {"e": [EVENT_JSON, ...], "l": [[PROCESS, [LINE, ...]], ...], "q": [[PROCESS, COUNT, [LINE, ...]], ...],
+   "t": TIME}                  what happened since: "l" every line of the processes the console asked for
+                               (all of them until it asks), "q" for the others how many lines they logged
+                               and their newest KEEP_LAST lines (at most every QUIET_S, and with any event)
+  {"from": {PROCESS: OFFSET}}  answers "lines": every line after OFFSET (bytes, in the process's log) will
+                               come in "l"; the ones before were reported before (the log file has them all)
   {"stopping": true}           acknowledges "stopping" (below)
   {"error": TEXT}              watching failed (then it exits 1)
-and on stdin, one word a line:
+and on stdin, one command a line:
+  lines ["P", ...]             send every line of these processes from now on, only counts of the others
   stopping                     the console is tearing the run down: exits are stops, not crashes
+
+Under a flood (8 processes x 2,000 lines/s) sending every line of every process made the console decode
+and fold 16,000 lines a second that no view showed; now it gets those of the log or last lines it shows.
 """
 
 from __future__ import annotations
@@ -27,35 +36,63 @@ import os
 import signal
 import sys
 import time
+from collections import deque
 
 FLUSH_S = 0.05  # how often the console hears about new events and lines
 MAX_BATCH = 4_000  # lines: flush early under a flood (each message stays around a megabyte)
+QUIET_S = 0.5  # how often the last lines of the processes no view shows go out (core's last lines, "silent for")
+KEEP_LAST = 20  # ProcState.last_lines holds this many
 
 
 class Reporter:
-    def __init__(self, out) -> None:
+    def __init__(self, out, offsets: dict[str, int] | None = None) -> None:
         self.out = out
+        self.offsets = offsets if offsets is not None else {}  # the run's: where each log was read to
         self.events: list[str] = []
         self.lines: dict[str, list[str]] = {}
         self.count = 0
+        self.full: set[str] | None = None  # processes whose every line the console wants (None: all)
+        self.quiet: dict[str, deque[str]] = {}  # the others: their newest lines since the last report
+        self.quiet_n: dict[str, int] = {}  # and how many they logged
+        self.quiet_at = 0.0
 
     def on_event(self, e) -> None:
         self.events.append(e.to_json())
 
     def on_line(self, name: str, line: str) -> None:
-        self.lines.setdefault(name, []).append(line)
-        self.count += 1
-        if self.count >= MAX_BATCH:
-            self.flush()
+        if self.full is None or name in self.full:
+            self.lines.setdefault(name, []).append(line)
+            self.count += 1
+            if self.count >= MAX_BATCH:
+                self.flush()
+            return
+        last = self.quiet.get(name)
+        if last is None:
+            last = self.quiet[name] = deque(maxlen=KEEP_LAST)
+        last.append(line)
+        self.quiet_n[name] = self.quiet_n.get(name, 0) + 1
+
+    def want(self, names: set[str]) -> None:
+        """Every line of `names` from now on; tells the console from which offset of each log newly asked."""
+        self.flush(quiet=True)  # what came before goes out as it was asked for
+        new = names - (self.full or set())
+        self.full = set(names)
+        if new:
+            self.send({"from": {name: int(self.offsets.get(name, 0)) for name in sorted(new)}})
 
     def send(self, msg: dict) -> None:
         self.out.write(json.dumps(msg, separators=(",", ":")).encode() + b"\n")
         self.out.flush()
 
-    def flush(self) -> None:
-        if not self.events and not self.lines:
+    def flush(self, quiet: bool = False) -> None:
+        now = time.monotonic()
+        quiet = bool(self.quiet_n) and (quiet or bool(self.events) or now - self.quiet_at >= QUIET_S)
+        if not self.events and not self.lines and not quiet:
             return
-        msg = {"e": self.events, "l": list(self.lines.items()), "t": time.time()}
+        msg: dict = {"e": self.events, "l": list(self.lines.items()), "t": time.time()}
+        if quiet:
+            msg["q"] = [[name, n, list(self.quiet[name])] for name, n in self.quiet_n.items()]
+            self.quiet, self.quiet_n, self.quiet_at = {}, {}, now
         self.events, self.lines, self.count = [], {}, 0
         self.send(msg)
 
@@ -70,6 +107,7 @@ async def watch(run_id: str) -> int:
     except Exception as e:
         rep.send({"error": f"cannot open run {run_id}: {e}"})
         return 1
+    rep.offsets = run.offsets  # updated before each line reaches on_line: a subscription starts exactly there
     run.listeners.append(rep.on_event)
     run.line_listeners.append(rep.on_line)
     rep.send({"ready": len(run.rd.event_lines())})
@@ -77,7 +115,8 @@ async def watch(run_id: str) -> int:
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         loop.add_signal_handler(sig, stop.set)
-    loop.add_reader(sys.stdin.fileno(), lambda: _command(run, rep, stop))
+    pending = bytearray()
+    loop.add_reader(sys.stdin.fileno(), lambda: _command(run, rep, stop, pending))
 
     async def flusher() -> None:
         while True:
@@ -115,22 +154,33 @@ async def watch(run_id: str) -> int:
     return code
 
 
-def _command(run, rep: Reporter, stop: asyncio.Event) -> None:
-    """A word from the console on stdin; end of file means the console went away."""
+def _command(run, rep: Reporter, stop: asyncio.Event, pending: bytearray) -> None:
+    """Commands from the console on stdin, one a line; end of file means the console went away."""
     try:
-        data = os.read(sys.stdin.fileno(), 4096)
+        data = os.read(sys.stdin.fileno(), 65536)
     except OSError:
         data = b""
     if not data:
         asyncio.get_running_loop().remove_reader(sys.stdin.fileno())
         stop.set()
         return
-    if b"stopping" in data:
-        # Run.teardown sets this on the Run that tears down; this session's Run learns it here, so
-        # the exits that follow are recorded as stops, not as crashes that fail the run
-        run.stopping = True
-        rep.flush()
-        rep.send({"stopping": True})
+    pending += data
+    *lines, rest = bytes(pending).split(b"\n")
+    pending[:] = rest
+    for raw in lines:
+        word, _, arg = raw.strip().partition(b" ")
+        if word == b"stopping":
+            # Run.teardown sets this on the Run that tears down; this session's Run learns it here, so
+            # the exits that follow are recorded as stops, not as crashes that fail the run
+            run.stopping = True
+            rep.flush()
+            rep.send({"stopping": True})
+        elif word == b"lines":
+            try:
+                names = json.loads(arg or b"[]")
+            except ValueError:
+                continue
+            rep.want({str(n) for n in names})
 
 
 def main(argv: list[str] | None = None) -> int:

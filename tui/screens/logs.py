@@ -55,6 +55,7 @@ class LogScreen(Screen):
         self.received = 0
         self._shown: dict[str, Text] = {}
         self._drawn_version = -1
+        self._resyncs: dict[str, int] = {}  # the watcher's answers for each process when it was loaded
 
     @property
     def console(self) -> ConsoleApp:
@@ -75,30 +76,49 @@ class LogScreen(Screen):
 
     def on_mount(self) -> None:
         self.query_one("#log-search", Input).display = False
+        # every line of these processes from now on (the watcher sends only what a view shows); until it
+        # says from which offset (one report, ~50 ms), the end of the file is shown, then loaded again
+        self.live.want_lines(self, self.names)
         self._load()
         self.logview.focus()
         self._draw()
 
+    def on_unmount(self) -> None:
+        self.live.want_lines(self, [])
+
     def _load(self) -> None:
-        """History from disk (lines logged before this console attached), then what the buffers hold."""
+        """History from disk (the lines before those this console received), then what the buffers hold."""
         live = self.live
         lines: list[str] = []
         per = max(1, self.keep // len(self.names))
+        self.logview.clear()
         for name in self.names:
-            buf, seq = live.snapshot_lines(name)
-            older: list[str] = []
-            if seq == len(buf) and len(buf) < per:  # nothing dropped yet: disk has what came before
-                older = live.history(name, per - len(buf))
-            mine = older + buf[-per:]
+            self._resyncs[name] = live.resyncs.get(name, 0)
+            if not live.streams(name):  # not sent (yet, or any more): the file has them
+                mine = live.history(name, per, to_end=True)
+                self.seen[name] = live.line_seq.get(name, 0)
+            else:
+                buf, seq = live.snapshot_lines(name)
+                older: list[str] = []
+                if seq == len(buf) and len(buf) < per:  # nothing dropped yet: disk has what came before
+                    older = live.history(name, per - len(buf))
+                mine = older + buf[-per:]
+                self.seen[name] = live.line_seq.get(name, 0)
             lines += [f"{name}| {x}" for x in mine] if self.prefix else mine
-            self.seen[name] = seq
         self.logview.append(lines)
 
     def run_updated(self) -> None:
         """New lines (at most ten times a second): appended in one batch. Only once loaded, and not
         while the app quits (RunController.redraw checks, see run_control.can_draw)."""
+        if any(self.live.resyncs.get(n, 0) != self._resyncs.get(n, 0) for n in self.names):
+            self._load()  # the watcher said from where its lines come: the file up to there, then them
+            self._draw()
+            return
         batch: list[str] = []
         for name in self.names:
+            if not self.live.streams(name):  # shown from the file until the watcher says from where it sends
+                self.seen[name] = self.live.line_seq.get(name, 0)
+                continue
             new, skipped, seq = self.live.lines_after(name, self.seen.get(name, 0))
             self.seen[name] = seq
             if skipped:

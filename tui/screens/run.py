@@ -248,6 +248,7 @@ class RunScreen(Screen):
             return
         self.tail_name = name
         self.tail_drawn_at = time.monotonic()
+        live.want_lines(self, [name])  # its every line (the watcher sends the others' last lines only)
         p = live.state.procs[name]
         lines = live.tail(name, TAIL_LINES)
         box = self.query_one("#tail-box")

@@ -256,13 +256,29 @@ class LogLines(ScrollView, can_focus=True):
             if row >= rows[-1]:
                 return Strip.blank(width, style)
             index = bisect_right(rows, row) - 1
-            part = row - rows[index]
-            strip = self._line_strip(index, style)
-            return strip.crop_extend(part * width, (part + 1) * width, style)
-        if row >= len(self.lines):
-            return Strip.blank(width, style)
-        strip = self._line_strip(row, style)
-        return strip.crop_extend(scroll_x, scroll_x + width, style)
+            start = (row - rows[index]) * width
+        else:
+            if row >= len(self.lines):
+                return Strip.blank(width, style)
+            index, start = row, scroll_x
+        plain = self._plain_row(index, start, width, style)
+        if plain is not None:
+            return plain
+        return self._line_strip(index, style).crop_extend(start, start + width, style)
+
+    def _plain_row(self, index: int, start: int, width: int, style: Style) -> Strip | None:
+        """The common row, made in one go: an ASCII line (one cell a character) with nothing to colour.
+        Under a flood every row shows a new line each pulse; cropping a whole-line strip made three strips
+        a row (each with its caches), the largest part of this console's drawing."""
+        line = self.lines[index]
+        if not line.isascii() or self.base + index == self.current or HIGHLIGHT.search(line):
+            return None
+        if self.search and self.search.lower() in line.lower():
+            return None
+        piece = line[start:start + width]
+        if len(piece) < width:
+            piece += " " * (width - len(piece))
+        return Strip([Segment(piece, style)], width)
 
     def _line_strip(self, index: int, style: Style) -> Strip:
         absolute = self.base + index
