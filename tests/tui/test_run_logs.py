@@ -100,6 +100,28 @@ async def test_search_then_next_and_previous():
         assert "match 1/3" in text_of(screen.query_one("#log-status"))
 
 
+async def test_keys_typed_right_after_slash_are_the_search():
+    """A burst such as '/second' in one turn of the loop (typing fast, a paste, a loaded machine): the keys
+    behind '/' reached the log before the search box had focus, where n/N are next/previous."""
+    from textual import events
+
+    app = make_app()
+    async with app.run_test(size=BIG) as pilot:
+        run, screen, log = await open_log(pilot)
+        feed(run, "decode-0", ["ERROR first", "ok", "ERROR second", "ok"])
+        await pilot.pause(0.25)
+        for key, ch in (("slash", "/"), *((c, c) for c in "second")):
+            app.post_message(events.Key(key, ch))
+        box = screen.query_one("#log-search", Input)
+        await until(pilot, lambda: box.has_focus, what="the search box's focus")
+        assert box.value == "second"
+        await pilot.press("d", "enter")  # after focus: typed at the end, not over a selection
+        assert log.search == "secondd" and not box.display
+        await pilot.press("slash")  # opens with the last search, selected: a key typed replaces it
+        await pilot.press(*"ok", "enter")
+        assert log.search == "ok"
+
+
 async def test_wrap_toggle_and_highlighted_errors():
     app = make_app()
     async with app.run_test(size=BIG) as pilot:

@@ -25,6 +25,7 @@ from ..widgets.context_bar import ContextBar
 from ..widgets.log_lines import LogLines
 from .dialogs import InputDialog
 from .run import run_context
+from .typeahead import TypeAhead
 
 if TYPE_CHECKING:
     from ..app import ConsoleApp
@@ -33,7 +34,8 @@ if TYPE_CHECKING:
 KEEP = 5_000
 
 
-class LogScreen(Screen):
+class LogScreen(TypeAhead, Screen):
+    TYPEAHEAD = ("slash", "#log-search", "search")
     VIEW = "run"
     BINDINGS = bindings.LOGS
     COMPONENT_CLASSES = {"log-screen--error", "log-screen--follow", "log-screen--paused"}
@@ -205,14 +207,14 @@ class LogScreen(Screen):
 
     def action_search(self) -> None:
         box = self.query_one("#log-search", Input)
-        box.display = True
         box.value = self.logview.search
-        box.focus()
+        self.typeahead_open(box)
 
     @on(Input.Submitted, "#log-search")
     def search_submitted(self, event: Input.Submitted) -> None:
         self.logview.set_search(event.value.strip())
         event.input.display = False
+        self.typeahead_closed()
         self.logview.focus()
         if self.logview.search and self.logview.find(backward=True) is None:
             self.notify(f"'{self.logview.search}' is not in the last {len(self.logview.lines):,} lines",
@@ -231,6 +233,7 @@ class LogScreen(Screen):
         box = self.query_one("#log-search", Input)
         if box.display:
             box.display = False
+            self.typeahead_closed()
             self.logview.focus()
             return
         self.dismiss()

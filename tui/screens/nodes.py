@@ -15,9 +15,11 @@ from ..widgets.findings import FindingsView
 from ..widgets.node_table import NodeTable
 from .base import DesignScreen
 from .dialogs import ConfirmDialog, InputDialog
+from .typeahead import TypeAhead
 
 
-class NodesScreen(DesignScreen):
+class NodesScreen(TypeAhead, DesignScreen):
+    TYPEAHEAD = ("slash", "#filter", "filter")
     VIEW = "nodes"
     BINDINGS = bindings.NODES
 
@@ -25,7 +27,6 @@ class NodesScreen(DesignScreen):
         super().__init__()
         self.filter_text = ""
         self.status: Text = Text("")
-        self._filter_opening = False  # "/" was pressed and the filter box has not got focus yet
 
     def compose(self) -> ComposeResult:
         yield ContextBar()
@@ -76,33 +77,7 @@ class NodesScreen(DesignScreen):
 
     # -- filter -------------------------------------------------------------------------------
     def action_filter(self) -> None:
-        box = self.query_one("#filter", Input)
-        box.display = True
-        self._filter_opening = True
-        box.focus()
-
-    def on_key(self, event) -> None:
-        """Keys typed right after "/" go into the filter: focus moves to the box on a later turn of the
-        loop, and a key that arrives before (fast typing, a paste, a loaded machine) went to the table,
-        where "1" or "s" are the view's own keys."""
-        box = self.query_one("#filter", Input)
-        if event.key == "slash" and self.focused is not box:
-            # here, not only as the binding: a binding runs once the key has bubbled up to the app, after
-            # the keys typed behind it have already passed this screen
-            self.action_filter()
-            event.stop()
-            event.prevent_default()
-            return
-        if not self._filter_opening:
-            return
-        if self.focused is box or not box.display:
-            self._filter_opening = False
-            return
-        if event.is_printable and event.character:
-            box.value = box.value + event.character
-            box.cursor_position = len(box.value)
-            event.stop()
-            event.prevent_default()
+        self.typeahead_open(self.query_one("#filter", Input))
 
     def action_clear_filter(self) -> None:
         box = self.query_one("#filter", Input)
@@ -110,7 +85,7 @@ class NodesScreen(DesignScreen):
             return
         box.value = ""
         box.display = False
-        self._filter_opening = False
+        self.typeahead_closed()
         self.filter_text = ""
         self._redraw_table()
         self.table.focus()
