@@ -23,6 +23,7 @@ from ..formatting import words
 from ..logtext import save_logs
 from ..widgets.context_bar import ContextBar
 from ..widgets.log_lines import LogLines
+from ..widgets.quiet import update_quietly
 from .dialogs import InputDialog
 from .run import run_context
 from .typeahead import TypeAhead
@@ -134,10 +135,12 @@ class LogScreen(TypeAhead, Screen):
 
     # -- status ------------------------------------------------------------------------------------
     def _set(self, selector: str, content: Text) -> None:
-        """Update a Static only when its text changed (an update re-lays the screen out)."""
+        """Update a Static only when its text changed, and in place when only digits changed: under a
+        flood the status line's line count changes every pulse, and a layout pass for it re-rendered
+        every widget on the screen (py-spy: 41 % of the console's loop)."""
         if self._shown.get(selector) != content:
             self._shown[selector] = content
-            self.query_one(selector, Static).update(content)
+            update_quietly(self.query_one(selector, Static), content)
 
     def _draw(self) -> None:
         """The top bar and the head (they change with the run's state, not with every line)."""

@@ -196,9 +196,26 @@ class LogLines(ScrollView, can_focus=True):
     def _update_size(self) -> None:
         if self.wrap:
             rows = self._wrap_rows()
-            self.virtual_size = Size(max(1, self.scrollable_content_region.width), rows[-1])
+            size = Size(max(1, self.scrollable_content_region.width), rows[-1])
         else:
-            self.virtual_size = Size(self._width, len(self.lines))
+            size = Size(self._width, len(self.lines))
+        if size == self.virtual_size:
+            return
+        if self._grows_in_place(size):
+            # Only the height changed and the vertical scrollbar stays: no layout pass. Setting
+            # virtual_size re-lays the whole screen out (a reactive with layout=True), which under a flood
+            # re-rendered every widget on the log screen each pulse (py-spy: 41 % of the console's loop).
+            self.set_reactive(LogLines.virtual_size, size)
+            self._scroll_update(size)  # the scrollbar's window and the scroll limits
+            self.refresh()
+        else:
+            self.virtual_size = size
+
+    def _grows_in_place(self, size: Size) -> bool:
+        height = self.container_size.height - self.scrollbar_size_horizontal
+        return (self.is_mounted and size.width == self.virtual_size.width and self.show_vertical_scrollbar
+                and self.styles.overflow_y == "auto" and size.height > height > 0
+                and self.virtual_size.height > height)
 
     # -- search -------------------------------------------------------------------------------------------
     def set_search(self, term: str) -> None:
