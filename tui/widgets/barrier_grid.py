@@ -22,6 +22,7 @@ KIND_ORDER = {"http": 0, "handshake": 1, "router": 2}
 CELL_STYLE = {"open": ("●", "open"), "waiting": ("○", "muted"), "refused": ("○", "muted"),
               "timeout": ("◐", "timeout"), "closed": ("×", "closed")}
 LEGEND = "● open  ○ not yet  ◐ timeout  × was open, now closed  ▌blocking"
+NO_CELL = Text("·", style="dim", justify="center")  # (shared by every empty cell: never changed in place)
 MANY = 12  # nodes: more than the grid shows at once; it then follows the first node not open (until the
 # operator moves the cursor) and sums up which nodes are not open
 
@@ -79,12 +80,18 @@ class BarrierGrid(VirtualTable):
         self.timed_out = False
         self.touched = False  # the operator moved the cursor: stop following the first node not open
         self.not_open: list[str] = []  # nodes with a cell not open, blocking ones first
+        self._cell_cache: dict[tuple[str, int], tuple[tuple, Text]] = {}  # (node, first port) -> (shown, text)
+        self._names: dict[str, Text] = {}
 
     def on_key(self) -> None:
         self.touched = True
 
     def on_click(self) -> None:
         self.touched = True
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._cell_cache.clear()  # (a theme: the colours are in the cells)
 
     @property
     def summary(self) -> str:
@@ -120,13 +127,17 @@ class BarrierGrid(VirtualTable):
         if keys != self.column_keys:
             self.set_columns([("node", "NODE"), *((key, label.upper()) for key, label in columns)])
             self.column_keys = keys
-        self.set_rows((n, [Text(n, style="bold"), *rows[n]]) for n in nodes)  # the cursor stays on its node
+        names = self._names
+        for n in nodes:
+            if n not in names:
+                names[n] = Text(n, style="bold")
+        self.set_rows((n, [names[n], *rows[n]]) for n in nodes)  # the cursor stays on its node
         if len(nodes) > MANY and not self.touched and self.not_open and not self.quiet:
             self.select_key(self.not_open[0])
 
     def _cell(self, members: list[CellState], now: float, start: float) -> Text:
         if not members:
-            return Text("·", style="dim", justify="center")
+            return NO_CELL
         if self.timed_out:
             members = [c if c.state not in ("waiting", "refused") else
                        CellState(c.node, c.host, c.port, c.role, c.kind, c.owner, "timeout", c.since, c.was_open)
@@ -135,6 +146,18 @@ class BarrierGrid(VirtualTable):
         newest = max((c.since for c in members), default=0.0) or start
         since = ago(now - newest)
         blocking = any(c.key in self.blocking for c in members)
+        # the same cell as last time when what it shows did not change: no Text built, and the row is found
+        # unchanged by identity (128 rows are redrawn every second)
+        key = (tuple(c.state for c in members), since, blocking, self.quiet)
+        where = (members[0].node, members[0].port)
+        hit = self._cell_cache.get(where)
+        if hit is not None and hit[0] == key:
+            return hit[1]
+        text = self._new_cell(members, states, since, blocking)
+        self._cell_cache[where] = (key, text)
+        return text
+
+    def _new_cell(self, members: list[CellState], states: set[str], since: str, blocking: bool) -> Text:
         if len(states) == 1:
             state = members[0].state
             glyph, var = CELL_STYLE.get(state, ("?", ""))

@@ -14,6 +14,7 @@ from ..formatting import ago, words
 from .vtable import VirtualTable
 
 BOLD = Style(bold=True)
+NO_STYLE = Style()
 COLUMNS = [("name", "PROCESS"), ("role", "ROLE"), ("node", "NODE"), ("stage", "STAGE"), ("bar", "PROGRESS"),
            ("since", "IN STAGE"), ("alive", "ALIVE / EXIT"), ("pid", "PID")]
 
@@ -37,6 +38,7 @@ class ProcessTable(VirtualTable):
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id, zebra_stripes=True)
         self.touched = False  # the operator moved the cursor: stop following the diagnosis's culprit
+        self._rows: dict[str, tuple[tuple, list[Text]]] = {}  # name -> (what the row shows, its cells)
 
     def on_key(self) -> None:
         self.touched = True
@@ -46,6 +48,10 @@ class ProcessTable(VirtualTable):
 
     def on_mount(self) -> None:
         self.set_columns(COLUMNS)
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._rows.clear()  # (a theme: the colours are in the cells)
 
     @property
     def names(self) -> list[str]:
@@ -60,7 +66,22 @@ class ProcessTable(VirtualTable):
 
     def show(self, state: RunState, now: float, pids: dict[str, int | None]) -> None:
         """Every process as a row; rows whose cells did not change are not drawn again."""
-        self.set_rows((p.name, self._cells(p, state, now, pids.get(p.name))) for p in state.procs.values())
+        self.set_rows((p.name, self._row(p, state, now, pids.get(p.name))) for p in state.procs.values())
+
+    def _row(self, p: ProcState, state: RunState, now: float, pid: int | None) -> list[Text]:
+        """The row's cells; the same list as last time when nothing it shows changed (the table then finds
+        it unchanged by identity: a 129-row redraw builds no Text for the rows that did not change)."""
+        styles = tuple(self._color(name) for name in ("error", "ok", "warning", p.role))
+        since = ago(now - p.since) if p.since else ""
+        stages = tuple(p.stages) if p.stage in TERMINAL else ()
+        key = (p.role, p.node, p.stage, p.up_stage, stages, since, p.alive, p.exit_code, p.exit_detail,
+               state.teardown.get(p.name), pid, styles)
+        hit = self._rows.get(p.name)
+        if hit is not None and hit[0] == key:
+            return hit[1]
+        cells = self._cells(p, state, now, pid)
+        self._rows[p.name] = (key, cells)
+        return cells
 
     def _cells(self, p: ProcState, state: RunState, now: float, pid: int | None) -> list[Text]:
         err, ok, warn, color = (self._color(name) for name in ("error", "ok", "warning", p.role))
@@ -87,7 +108,7 @@ class ProcessTable(VirtualTable):
 
     def _color(self, name: str) -> Style:
         """A severity's or a role's colour (an empty style for none)."""
-        return self.get_component_rich_style(f"process-table--{name}", partial=True, default=Style())
+        return self.get_component_rich_style(f"process-table--{name}", partial=True, default=NO_STYLE)
 
 
 def _bar(p: ProcState) -> Text:

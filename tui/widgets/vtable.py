@@ -1,3 +1,5 @@
+# Long file: one widget whose data (set_rows), cursor, keys and drawing share the same per-row caches and
+# their invariants (a row's version, the cursor's key); split, each part would have to know the others' state.
 """A table drawn line by line (Textual's Line API), for the console's big tables: the run view's process
 table (129 rows at 128 nodes) and barrier grid (128 node rows), and the Nodes view (2,000 nodes).
 
@@ -185,6 +187,8 @@ class VirtualTable(ScrollView, can_focus=True):
         self._vt_lines: dict[str, tuple[tuple, Strip]] = {}  # key -> ((version, cursor, odd), line)
         self._vt_header: Strip | None = None
         self._vt_look: tuple | None = None  # what every cached line depends on (styles, width)
+        self._vt_base = Style()  # the widget's own style, as of the last render
+        self._vt_styles: dict[str, Style] = {}
         self.renders = 0  # rows laid out (a cache miss of the row's cells); tests count these
         self.lines_drawn = 0  # rows' lines styled (a cache miss of the line: cursor, stripe, version)
 
@@ -203,8 +207,9 @@ class VirtualTable(ScrollView, can_focus=True):
         self._resized()
 
     def set_rows(self, rows: Iterable[tuple[str, Sequence[Text | str]]]) -> None:
-        """Every row, in order, as (key, cells). A row whose cells did not change keeps its drawn line;
-        the cursor stays on its row's key (or on its index when that row is gone)."""
+        """Every row, in order, as (key, cells); a row's list of cells is not changed in place once given.
+        A row whose cells did not change keeps its drawn line; the cursor stays on its row's key (or on
+        its index when that row is gone)."""
         keep = self.cursor_key
         old_keys = self.keys
         known = self._vt_known
@@ -216,13 +221,16 @@ class VirtualTable(ScrollView, can_focus=True):
             keys.append(key)
             old = known.get(key)
             if old is not None and (old is row or _same_row(old, row)):
+                if type(row) is list:  # equal cells: keep the caller's list, found by identity next time
+                    old = known[key] = row
                 new_cells[key] = old
                 continue
-            row = [_text(c) for c in row]
-            new_cells[key] = known[key] = row
+            if type(row) is not list or not all(isinstance(c, Text) for c in row):
+                row = [_text(c) for c in row]
+            new_cells[key] = known[key] = row  # (the caller's own list: the next set_rows finds it by identity)
             version[key] = version.get(key, 0) + 1
             changed.append(key)
-        if len(known) > 2 * len(new_cells) + 1000:  # rows that left long ago: forget them
+        if len(known) > 4 * len(new_cells) + 5000:  # many rows that left: forget them
             for key in [k for k in known if k not in new_cells]:
                 del known[key]
                 self._vt_laid.pop(key, None)
@@ -232,7 +240,7 @@ class VirtualTable(ScrollView, can_focus=True):
         if not same_order:
             self.keys = keys
             self._vt_index = {k: i for i, k in enumerate(keys)}
-        widths_changed = self._measure()
+        widths_changed = self._measure() if changed or not same_order else False
         if keep is not None and keep in self._vt_index:
             self._vt_cursor = self._vt_index[keep]
         self._vt_cursor = max(0, min(self._vt_cursor, len(keys) - 1))
@@ -415,8 +423,11 @@ class VirtualTable(ScrollView, can_focus=True):
         self._vt_header = None
 
     def notify_style_update(self) -> None:
+        # (focus, theme: the lines' styles; the cells' own layout does not depend on them)
         super().notify_style_update()
-        self._forget_all()
+        self._vt_lines.clear()
+        self._vt_styles.clear()
+        self._vt_header = None
         self._vt_look = None
 
     def on_resize(self) -> None:
@@ -471,22 +482,33 @@ class VirtualTable(ScrollView, can_focus=True):
             segments.append(Segment(" " * fill, row_style + component))
         return Strip(segments, table_width + fill)
 
+    def _style_of(self, component: str) -> Style:
+        """A component's style as DataTable takes it (`get_component_styles(...).rich_style`, which costs
+        ~0.1 ms: kept until the look changes)."""
+        style = self._vt_styles.get(component)
+        if style is None:
+            style = self._vt_styles[component] = self.get_component_styles(component).rich_style
+        return style
+
     def _row_style(self, index: int) -> Style:
         if not self.zebra_stripes:
-            return self.rich_style
-        return self.get_component_styles("vtable--odd-row" if index % 2 else "vtable--even-row").rich_style
+            return self._vt_base
+        return self._style_of("vtable--odd-row" if index % 2 else "vtable--even-row")
 
     def render_lines(self, crop: Region) -> list[Strip]:
-        look = (self.get_pseudo_class_state(), self.rich_style, self.size.width)
+        base = self.rich_style
+        look = (self.get_pseudo_class_state(), base, self.size.width)
         if look != self._vt_look:  # focus, theme or width: every line looks different
             self._vt_look = look
+            self._vt_base = base
+            self._vt_styles.clear()
             self._vt_lines.clear()
             self._vt_header = None
         return super().render_lines(crop)
 
     def render_line(self, y: int) -> Strip:
         width = self.size.width
-        base = self.rich_style
+        base = self._vt_base
         if self.columns and y == 0:
             if self._vt_header is None:
                 pad = self.cell_padding
@@ -498,8 +520,7 @@ class VirtualTable(ScrollView, can_focus=True):
                         options = self.app.console_options.update_dimensions(w, 1).update(no_wrap=True)
                         line = self.app.console.render_lines(Padding(col.label, (0, pad)), options)[0]
                     labels.append(line)
-                self._vt_header = self._line(labels, self.get_component_styles("vtable--header").rich_style,
-                                          False, True)
+                self._vt_header = self._line(labels, self._style_of("vtable--header"), False, True)
             strip = self._vt_header
         else:
             index = y - self._head + int(self.scroll_y)
