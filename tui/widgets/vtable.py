@@ -255,10 +255,6 @@ class VirtualTable(ScrollView, can_focus=True):
                 self._refresh_row(self._vt_index[key])
         self._announce()
 
-    def update_row(self, key: str, cells: Sequence[Text | str]) -> None:
-        """One row's cells (the row must be there)."""
-        self.set_rows((k, cells if k == key else self._vt_cells[k]) for k in self.keys)
-
     def clear(self) -> None:
         self.set_rows([])
 
