@@ -4,8 +4,14 @@ endpoint every 2 s (129 endpoints), a health/stage event every 0.25 s and log li
 the process table) every second. Prints console CPU (share of a core) and key press -> screen latency.
 
     ATOMDECK_BENCH_SECONDS=20 .venv/bin/python bench/console_scale_keys.py [serving|version]
+    .venv/bin/python bench/console_scale_keys.py filter [nodes]
 
 `version` is the cruder load of the first measurement: only `live.version += 1` every 0.25 s.
+`filter` types a filter into the Nodes view of a 2,000-node cluster (read offline) one key at a time and
+deletes it again, three times (bench/console.py filter's keys), and times each keystroke to the first frame
+whose table shows the new matching rows: the frame the compositor hands to the driver (headless, so the
+terminal's own drawing is not in it; its escape sequences are built, as a terminal would be sent them).
+Finer than bench/console.py's tmux capture at 50 ms polling.
 Numbers are written, not asserted; the machine is shared, compare ratios in one session."""
 
 from __future__ import annotations
@@ -59,6 +65,7 @@ async def main(mode: str, seconds: float) -> None:
         step = 0.05
         c0, w0 = time.process_time(), time.monotonic()
         lat: list[float] = []
+        key_cpu: list[float] = []
         i = 0
         while time.monotonic() - w0 < seconds:
             if mode == "version":
@@ -76,17 +83,100 @@ async def main(mode: str, seconds: float) -> None:
                         f(w, f"[atom] step {i} decode batch 32 tok/s 51.2")
             await asyncio.sleep(step)
             if i % 20 == 10:
-                k0 = time.monotonic()
+                k0, kc0 = time.monotonic(), time.process_time()
                 await pilot.press("down" if (i // 20) % 2 == 0 else "up")
                 await pilot.pause()
                 lat.append(time.monotonic() - k0)
+                key_cpu.append(time.process_time() - kc0)
             i += 1
-        cpu = (time.process_time() - c0) / (time.monotonic() - w0)
+        cpu_s = time.process_time() - c0
+        cpu = cpu_s / (time.monotonic() - w0)
         lat.sort()
+        key_cpu.sort()
         p95 = lat[min(len(lat) - 1, int(len(lat) * 0.95))]
         print(f"{mode}: console cpu {cpu * 100:.0f}% of a core; key press -> screen p50 {lat[len(lat) // 2] * 1000:.0f} ms"
               f" p95 {p95 * 1000:.0f} ms max {lat[-1] * 1000:.0f} ms ({len(lat)} presses)")
+        # on a shared machine the console waits for a core: CPU time is what the console itself costs
+        print(f"{mode}: console CPU per 50 ms step of load {cpu_s / i * 1000:.1f} ms ({i} steps); CPU per key press"
+              f" p50 {key_cpu[len(key_cpu) // 2] * 1000:.0f} ms max {key_cpu[-1] * 1000:.0f} ms")
+
+
+def _big_cluster(n: int) -> str:
+    """The cluster of bench/console.py's filter benchmark (the same nodes, addresses and drained ones)."""
+    lines = ["name: big2000", "description: 2,000 nodes for the filter benchmark (read offline)", "launcher: slurm",
+             "gpus_per_node: 8", "nodes:"]
+    for i in range(n):
+        extra = ', state: "IDLE+DRAIN", reason: "gpu memory not released"' if i % 37 == 0 else ""
+        lines.append(f"  - {{name: node-{i:04d}, addr: 10.{i // 250}.{i % 250}.1, gpus: 8, partition: gpu{extra}}}")
+    return "\n".join(lines) + "\n"
+
+
+async def node_filter(n: int, typed: str = "10.7.1") -> None:
+    from textual._compositor import CompositorUpdate
+
+    from tests.tui.conftest import make_app
+
+    d = Path(tempfile.mkdtemp(prefix="atomdeck-bench-filter-"))
+    (d / "big.yaml").write_text(_big_cluster(n))
+    app = make_app(cluster=str(d / "big.yaml"), offline=True)
+    async with app.run_test(size=(160, 50)) as pilot:
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        table = app.screen.query_one("#node-table")
+        await pilot.press("slash")
+        await pilot.pause()
+        frames: list[tuple[float, float, object]] = []  # (when, CPU time, the table's rows when the frame went out)
+        display = app._display
+
+        def timed_display(screen, renderable) -> None:
+            if renderable is not None and not app._batch_count:
+                if isinstance(renderable, CompositorUpdate):
+                    renderable.render_segments(app.console)  # what a terminal would be sent
+                frames.append((time.perf_counter(), time.process_time(), table.shown))
+            display(screen, renderable)
+
+        app._display = timed_display
+        hays = [f"node-{i:04d} 10.{i // 250}.{i % 250}.1" for i in range(n)]
+        keys = list(typed) + ["backspace"] * len(typed)
+        states = [typed[:i] for i in range(1, len(typed) + 1)] + [typed[:i] for i in range(len(typed) - 1, -1, -1)]
+        times: list[float] = []
+        cpu: list[float] = []
+        before = ""
+        for _ in range(3):
+            for key, state in zip(keys, states):
+                # (no reason text holds these needles; a key that keeps the same nodes: its first frame counts)
+                same = [h for h in hays if before in h] == [h for h in hays if state in h]
+                want = sum(1 for h in hays if state in h)
+                old = table.shown
+                frames.clear()
+                t0, c0 = time.perf_counter(), time.process_time()
+                await pilot.press(key)
+                for _ in range(500):
+                    shown = [(t, c) for t, c, rows in frames if (same or rows is not old) and len(rows) == want]
+                    if shown:
+                        break
+                    await pilot.pause(0.01)
+                else:
+                    raise RuntimeError(f"after {key!r}: the table never showed {want} rows for {state!r}")
+                times.append(shown[0][0] - t0)
+                cpu.append(shown[0][1] - c0)
+                if os.environ.get("VERBOSE"):
+                    print(f"{key!r} -> {state!r}: {want} rows, {times[-1] * 1000:.1f} ms, CPU {cpu[-1] * 1000:.1f} ms")
+                before = state
+                await pilot.pause(0.05)
+        app._display = display
+    times.sort()
+    cpu.sort()
+    p95 = times[min(len(times) - 1, int(len(times) * 0.95))]
+    print(f"filter, {n:,} nodes: keystroke -> first frame with the new rows: median {times[len(times) // 2] * 1000:.1f} ms"
+          f" p95 {p95 * 1000:.1f} ms max {times[-1] * 1000:.1f} ms ({len(times)} keystrokes)")
+    print(f"filter: console CPU per keystroke (to that frame) median {cpu[len(cpu) // 2] * 1000:.1f} ms"
+          f" p95 {cpu[min(len(cpu) - 1, int(len(cpu) * 0.95))] * 1000:.1f} ms max {cpu[-1] * 1000:.1f} ms")
 
 
 if __name__ == "__main__":
-    asyncio.run(main(sys.argv[1] if len(sys.argv) > 1 else "serving", float(os.environ.get("ATOMDECK_BENCH_SECONDS", 20))))
+    if len(sys.argv) > 1 and sys.argv[1] == "filter":
+        asyncio.run(node_filter(int(sys.argv[2]) if len(sys.argv) > 2 else 2000))
+    else:
+        asyncio.run(main(sys.argv[1] if len(sys.argv) > 1 else "serving",
+                         float(os.environ.get("ATOMDECK_BENCH_SECONDS", 20))))

@@ -3,8 +3,9 @@ draws, not how fast (bench/console.py filter measures that)."""
 
 from __future__ import annotations
 
-from atomdeck.tui.widgets import node_table
-from atomdeck.tui.widgets.node_table import Cell, NodeTable, cell_line
+from atomdeck.tui.widgets import cells as cell_layout
+from atomdeck.tui.widgets.cells import cell_line
+from atomdeck.tui.widgets.node_table import NodeTable
 from rich.padding import Padding
 from rich.style import Style
 from rich.text import Text
@@ -14,7 +15,7 @@ from .conftest import SIZE, make_app, ready
 
 def _rich(text: Text, width: int, pad: int, console) -> list:
     options = console.options.update_dimensions(width, 1).update(no_wrap=True)
-    lines = console.render_lines(Padding(Cell(text), (0, pad)), options)
+    lines = console.render_lines(Padding(text, (0, pad)), options)
     return [[s for s in line if s.text] for line in lines]
 
 
@@ -59,13 +60,13 @@ async def test_every_cell_of_the_demo_is_drawn_as_rich_draws_it():
             await pilot.pause()
             await pilot.press("space")
         await pilot.pause()
-        widths = [c.get_render_width(table) for c in table.ordered_columns]
+        widths = [c.render_width(table.cell_padding) for c in table.columns]
         checked = 0
-        for _, cells in table._rows:
-            for cell, width in zip(cells, widths):
-                line = cell_line(cell.text, width, table.cell_padding, app.console)
-                assert line is not None, cell.text
-                assert [line] == _rich(cell.text, width, table.cell_padding, app.console)
+        for key in table.keys:
+            for text, width in zip(table.get_row(key), widths):
+                line = cell_line(text, width, table.cell_padding, app.console)
+                assert line is not None, text
+                assert [line] == _rich(text, width, table.cell_padding, app.console)
                 checked += 1
         assert checked == 6 * 8
         assert str(table.get_cell("demo-n04", "pick")) == "●1"
@@ -85,13 +86,13 @@ async def test_filter_keeps_exactly_the_matching_rows_renders_only_visible_ones_
         assert app.design.nodes == ("node-0003", "node-0300", "node-0002")
 
         rendered: list[str] = []
-        original = node_table.cell_line
+        original = cell_layout.cell_line
 
         def counting(text, width, pad, console):
             rendered.append(text.plain)
             return original(text, width, pad, console)
 
-        monkeypatch.setattr(node_table, "cell_line", counting)
+        monkeypatch.setattr(cell_layout, "cell_line", counting)
         await pilot.press("slash", "1", "0", ".", "1")
         await pilot.pause()
         want = [f"node-{i:04d}" for i in range(700) if "10.1" in f"node-{i:04d} 10.{i // 250}.{i % 250}.1"]

@@ -14,7 +14,7 @@ from atomdeck.core.launch.base import StopReport
 from atomdeck.core.run.events import Event
 from atomdeck.core.run.run import TeardownReport
 from atomdeck.tui.screens.teardown import TeardownScreen
-from textual.widgets import DataTable
+from atomdeck.tui.widgets.vtable import VirtualTable
 
 from .conftest import make_app
 from .fakerun import fake_run
@@ -109,7 +109,7 @@ def test_run_view_pair_matrix_small_terminal(snap_compare):
     """Issue 14: 256 pairs as a prefill x decode matrix with the failing pairs listed, at 100x30."""
     async def focus(pilot, run):
         # the tables above measure their rows after a refresh: scroll once they have their height
-        for table in pilot.app.screen.query("#proc-table, #barrier-grid").results(DataTable):
+        for table in pilot.app.screen.query("#proc-table, #barrier-grid").results(VirtualTable):
             for _ in range(100):
                 if table.region.height >= table.row_count + 1:
                     break

@@ -4,7 +4,7 @@ measures them); these check the mechanisms that keep the drawing small:
 - the run view's one-second clock redraws only what depends on the time, in place: no layout pass
   and no redraw of the panels that show only the state (router, top bar) when the version did not
   change; the time cells do change;
-- set_cells changes DataTable cells in place and the table shows the new values;
+- the tables (VirtualTable) change rows in place, draw only those again, and show the new values;
 - the last-lines panel redraws only when its lines changed.
 """
 
@@ -13,15 +13,15 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from atomdeck.tui.screens.run import RunScreen
-from atomdeck.tui.widgets.cells import set_cells
 from atomdeck.tui.widgets.process_table import ProcessTable
 from atomdeck.tui.widgets.quiet import shape_of, update_quietly
 from atomdeck.tui.widgets.run_panels import RouterPanel, RunHeader
 from atomdeck.tui.widgets.tail_panel import TailPanel
+from atomdeck.tui.widgets.vtable import VirtualTable
 from rich.text import Text
 from textual.app import App
 from textual.widget import Widget
-from textual.widgets import DataTable, Static
+from textual.widgets import Static
 
 from .conftest import FIXED_TIME, make_app
 from .fakerun import fake_run
@@ -116,34 +116,39 @@ async def test_a_state_change_still_redraws_every_panel():
 
 class Table(App):
     def compose(self):
-        yield DataTable(id="t")
+        yield VirtualTable(id="t")
 
 
-def _row_text(table: DataTable, y: int) -> str:
+def _row_text(table: VirtualTable, y: int) -> str:
     return "".join(seg.text for seg in table.render_line(y))
 
 
-async def test_set_cells_shows_the_new_values_in_place():
+def _rows(r0: str, r1: str) -> list[tuple[str, list[Text]]]:
+    return [("r0", [Text("name r0"), Text(r0)]), ("r1", [Text("name r1"), Text(r1)])]
+
+
+async def test_set_rows_shows_the_new_values_in_place():
     app = Table()
     async with app.run_test(size=(80, 10)) as pilot:
-        table = app.query_one(DataTable)
-        table.add_column("A", key="a")
-        table.add_column("SINCE", key="since")
-        for r in ("r0", "r1"):
-            table.add_row(Text(f"name {r}"), Text("12s"), key=r)
+        table = app.query_one(VirtualTable)
+        table.set_columns([("a", "A"), ("since", "SINCE")])
+        table.set_rows(_rows("12s", "12s"))
         await pilot.pause()
         assert "12s" in _row_text(table, 1)
-        count = table._update_count
-        assert set_cells(table, [("r0", "since", Text("13s")), ("r1", "since", Text("12s"))]) == 1
-        assert table._update_count == count, "an in-place change must not invalidate every cached cell"
+        laid = table.renders
+        table.set_rows(_rows("13s", "12s"))
         await pilot.pause()
+        assert table.renders == laid + 1, "an in-place change must draw only the changed row again"
         assert "13s" in _row_text(table, 1) and "12s" in _row_text(table, 2)
         assert table.get_cell("r0", "since").plain == "13s"
-        # a wider value goes through update_cell and the column grows
-        assert set_cells(table, [("r1", "since", Text("1m00s"))]) == 1
+        # a wider value: the column grows
+        table.set_rows(_rows("13s", "1m00s"))
         await pilot.pause()
         assert "1m00s" in _row_text(table, 2)
-        assert set_cells(table, [("r1", "since", Text("1m00s"))]) == 0
+        laid = table.renders
+        table.set_rows(_rows("13s", "1m00s"))
+        await pilot.pause()
+        assert table.renders == laid
 
 
 async def test_the_last_lines_panel_redraws_only_when_its_lines_change():

@@ -104,8 +104,8 @@ class NodesScreen(TypeAhead, DesignScreen):
         self.table.show(app.workspace.inventory, app.workspace.cluster, app.design, app.assessment,
                         self.filter_text)
 
-    def on_data_table_row_highlighted(self, event: NodeTable.RowHighlighted) -> None:
-        node = event.row_key.value if event.row_key else None
+    def on_virtual_table_row_highlighted(self, event: NodeTable.RowHighlighted) -> None:
+        node = event.key
         verdict = self.table.verdicts.get(node or "", "")
         if node and verdict and node not in self.console.design.overrides:
             self._say("warning", f"{node} is not usable: {verdict} (o overrides)")

@@ -12,7 +12,7 @@ from textual.app import ComposeResult
 from textual.containers import Container, Vertical, VerticalScroll
 from textual.markup import escape
 from textual.screen import ModalScreen, Screen
-from textual.widgets import DataTable, Footer, Static
+from textual.widgets import Footer, Static
 
 from ...core.run.diagnose import diagnose
 from .. import bindings
@@ -23,6 +23,7 @@ from ..widgets.process_table import ProcessTable
 from ..widgets.quiet import set_if_changed
 from ..widgets.run_panels import MATRIX_FROM, HandshakePanel, NodesPanel, RouterPanel, RunHeader, TailPanel, WhyPanel
 from ..widgets.serving_panel import ServingPanel
+from ..widgets.vtable import VirtualTable
 
 if TYPE_CHECKING:
     from ..app import ConsoleApp
@@ -266,17 +267,15 @@ class RunScreen(Screen):
                                            "down are disabled."))
 
     # -- selection -------------------------------------------------------------------------------
-    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
-        if isinstance(event.data_table, ProcessTable):
+    def on_virtual_table_row_highlighted(self, event: VirtualTable.RowHighlighted) -> None:
+        if isinstance(event.table, ProcessTable):
             self._draw_tail()
 
-    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
-        key = event.row_key.value if event.row_key else None
-        if key is None:
-            return
-        if isinstance(event.data_table, ProcessTable):
+    def on_virtual_table_row_selected(self, event: VirtualTable.RowSelected) -> None:
+        key = event.key
+        if isinstance(event.table, ProcessTable):
             self.console.runs.open_logs([key])
-        elif isinstance(event.data_table, BarrierGrid):
+        elif isinstance(event.table, BarrierGrid):
             live = self.console.live
             if live is not None:
                 self.console.runs.open_logs([p.name for p in live.state.procs.values() if p.node == key], node=key)

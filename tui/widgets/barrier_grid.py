@@ -12,18 +12,17 @@ from collections import defaultdict
 
 from rich.style import Style
 from rich.text import Text
-from textual.binding import Binding
-from textual.widgets import DataTable
 
 from ...core.run.events import CellState, RunState
 from ..formatting import ago
-from .cells import set_cells
+from .vtable import VirtualTable
 
 KIND_ORDER = {"http": 0, "handshake": 1, "router": 2}
 # A cell's glyph and its colour (a component class; "muted" is drawn dim).
 CELL_STYLE = {"open": ("●", "open"), "waiting": ("○", "muted"), "refused": ("○", "muted"),
               "timeout": ("◐", "timeout"), "closed": ("×", "closed")}
 LEGEND = "● open  ○ not yet  ◐ timeout  × was open, now closed  ▌blocking"
+NO_CELL = Text("·", style="dim", justify="center")  # (shared by every empty cell: never changed in place)
 MANY = 12  # nodes: more than the grid shows at once; it then follows the first node not open (until the
 # operator moves the cursor) and sums up which nodes are not open
 
@@ -60,10 +59,9 @@ def group_cells(cells: list[CellState]) -> tuple[list[tuple[str, str]], dict[tup
     return [(key, label) for key, (_, label) in ordered], groups
 
 
-class BarrierGrid(DataTable):
-    # Home/End go to the first/last row (DataTable's own scroll sideways): 129 processes or 128 nodes
-    BINDINGS = [Binding("home", "scroll_top", "First row", show=False),
-                Binding("end", "scroll_bottom", "Last row", show=False)]
+class BarrierGrid(VirtualTable):
+    """Drawn line by line (vtable.py): the clock's change to a node's row repaints that row only."""
+
     COMPONENT_CLASSES = {"barrier-grid--open", "barrier-grid--timeout", "barrier-grid--closed",
                          "barrier-grid--mixed", "barrier-grid--blocking"}
     DEFAULT_CSS = """
@@ -75,20 +73,25 @@ class BarrierGrid(DataTable):
     """
 
     def __init__(self, *, id: str | None = None) -> None:
-        super().__init__(id=id, cursor_type="row", zebra_stripes=False)
-        self.nodes: list[str] = []
+        super().__init__(id=id, zebra_stripes=False)
         self.column_keys: list[str] = []
         self.blocking: set[str] = set()  # cell keys ("node:port") marked as blocking
         self.quiet = False
         self.timed_out = False
         self.touched = False  # the operator moved the cursor: stop following the first node not open
         self.not_open: list[str] = []  # nodes with a cell not open, blocking ones first
+        self._cell_cache: dict[tuple[str, int], tuple[tuple, Text]] = {}  # (node, first port) -> (shown, text)
+        self._names: dict[str, Text] = {}
 
     def on_key(self) -> None:
         self.touched = True
 
     def on_click(self) -> None:
         self.touched = True
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._cell_cache.clear()  # (a theme: the colours are in the cells)
 
     @property
     def summary(self) -> str:
@@ -101,10 +104,12 @@ class BarrierGrid(DataTable):
         return f"{len(self.not_open)} of {len(self.nodes)} nodes not open: {names}"
 
     @property
+    def nodes(self) -> list[str]:
+        return self.keys
+
+    @property
     def current(self) -> str | None:
-        if not self.nodes or not 0 <= self.cursor_row < len(self.nodes):
-            return None
-        return self.nodes[self.cursor_row]
+        return self.cursor_key
 
     def show(self, state: RunState, blocking: list[CellState], now: float) -> None:
         cells = list(state.cells.values())
@@ -119,26 +124,20 @@ class BarrierGrid(DataTable):
         blocked = {c.node for c in blocking}
         waiting = [n for n in nodes if any(c.state != "open" for key, _ in columns for c in groups.get((n, key), []))]
         self.not_open = [n for n in waiting if n in blocked] + [n for n in waiting if n not in blocked]
-        if keys != self.column_keys or nodes != self.nodes:
-            keep = self.current
-            self.clear(columns=True)
-            self.add_column("NODE", key="node")
-            for key, label in columns:
-                self.add_column(label.upper(), key=key)
-            for n in nodes:
-                self.add_row(Text(n, style="bold"), *rows[n], key=n)
-            self.nodes, self.column_keys = nodes, keys
-            if keep in nodes:
-                self.move_cursor(row=nodes.index(keep), animate=False)
-            self.call_after_refresh(self.refresh, layout=True)  # auto height: measure the new rows
-        else:
-            set_cells(self, ((n, key, value) for n in nodes for key, value in zip(keys, rows[n])))  # see cells.py
+        if keys != self.column_keys:
+            self.set_columns([("node", "NODE"), *((key, label.upper()) for key, label in columns)])
+            self.column_keys = keys
+        names = self._names
+        for n in nodes:
+            if n not in names:
+                names[n] = Text(n, style="bold")
+        self.set_rows((n, [names[n], *rows[n]]) for n in nodes)  # the cursor stays on its node
         if len(nodes) > MANY and not self.touched and self.not_open and not self.quiet:
-            self.move_cursor(row=nodes.index(self.not_open[0]), animate=False)
+            self.select_key(self.not_open[0])
 
     def _cell(self, members: list[CellState], now: float, start: float) -> Text:
         if not members:
-            return Text("·", style="dim", justify="center")
+            return NO_CELL
         if self.timed_out:
             members = [c if c.state not in ("waiting", "refused") else
                        CellState(c.node, c.host, c.port, c.role, c.kind, c.owner, "timeout", c.since, c.was_open)
@@ -147,6 +146,18 @@ class BarrierGrid(DataTable):
         newest = max((c.since for c in members), default=0.0) or start
         since = ago(now - newest)
         blocking = any(c.key in self.blocking for c in members)
+        # the same cell as last time when what it shows did not change: no Text built, and the row is found
+        # unchanged by identity (128 rows are redrawn every second)
+        key = (tuple(c.state for c in members), since, blocking, self.quiet)
+        where = (members[0].node, members[0].port)
+        hit = self._cell_cache.get(where)
+        if hit is not None and hit[0] == key:
+            return hit[1]
+        text = self._new_cell(members, states, since, blocking)
+        self._cell_cache[where] = (key, text)
+        return text
+
+    def _new_cell(self, members: list[CellState], states: set[str], since: str, blocking: bool) -> Text:
         if len(states) == 1:
             state = members[0].state
             glyph, var = CELL_STYLE.get(state, ("?", ""))

@@ -8,22 +8,20 @@ from __future__ import annotations
 
 from rich.style import Style
 from rich.text import Text
-from textual.binding import Binding
-from textual.widgets import DataTable
 
 from ...core.run.events import ROUTER_STAGES, TERMINAL, WORKER_STAGES, ProcState, RunState
 from ..formatting import ago, words
-from .cells import set_cells
+from .vtable import VirtualTable
 
 BOLD = Style(bold=True)
+NO_STYLE = Style()
 COLUMNS = [("name", "PROCESS"), ("role", "ROLE"), ("node", "NODE"), ("stage", "STAGE"), ("bar", "PROGRESS"),
            ("since", "IN STAGE"), ("alive", "ALIVE / EXIT"), ("pid", "PID")]
 
 
-class ProcessTable(DataTable):
-    # Home/End go to the first/last row (DataTable's own scroll sideways): 129 processes or 128 nodes
-    BINDINGS = [Binding("home", "scroll_top", "First row", show=False),
-                Binding("end", "scroll_bottom", "Last row", show=False)]
+class ProcessTable(VirtualTable):
+    """Drawn line by line (vtable.py): the clock's change to a row repaints that row only."""
+
     COMPONENT_CLASSES = {"process-table--ok", "process-table--warning", "process-table--error",
                          "process-table--prefill", "process-table--decode", "process-table--worker",
                          "process-table--router"}
@@ -38,9 +36,9 @@ class ProcessTable(DataTable):
     """
 
     def __init__(self, *, id: str | None = None) -> None:
-        super().__init__(id=id, cursor_type="row", zebra_stripes=True)
-        self.names: list[str] = []
+        super().__init__(id=id, zebra_stripes=True)
         self.touched = False  # the operator moved the cursor: stop following the diagnosis's culprit
+        self._rows: dict[str, tuple[tuple, list[Text]]] = {}  # name -> (what the row shows, its cells)
 
     def on_key(self) -> None:
         self.touched = True
@@ -49,34 +47,41 @@ class ProcessTable(DataTable):
         self.touched = True
 
     def on_mount(self) -> None:
-        for key, label in COLUMNS:
-            self.add_column(label, key=key)
+        self.set_columns(COLUMNS)
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._rows.clear()  # (a theme: the colours are in the cells)
+
+    @property
+    def names(self) -> list[str]:
+        return self.keys
 
     @property
     def current(self) -> str | None:
-        if not self.names or not 0 <= self.cursor_row < len(self.names):
-            return None
-        return self.names[self.cursor_row]
+        return self.cursor_key
 
     def select(self, name: str) -> None:
-        if name in self.names:
-            self.move_cursor(row=self.names.index(name), animate=False)
+        self.select_key(name)
 
     def show(self, state: RunState, now: float, pids: dict[str, int | None]) -> None:
-        names = list(state.procs)
-        rows = {p.name: self._cells(p, state, now, pids.get(p.name)) for p in state.procs.values()}
-        if names != self.names:
-            keep = self.current
-            self.clear()
-            for name in names:
-                self.add_row(*rows[name], key=name)
-            self.names = names
-            if keep:
-                self.select(keep)
-            self.call_after_refresh(self.refresh, layout=True)  # auto height: measure the new rows
-            return
-        # in place: the clock changes one cell per row each second (see cells.py)
-        set_cells(self, ((name, key, value) for name in names for (key, _), value in zip(COLUMNS, rows[name])))
+        """Every process as a row; rows whose cells did not change are not drawn again."""
+        self.set_rows((p.name, self._row(p, state, now, pids.get(p.name))) for p in state.procs.values())
+
+    def _row(self, p: ProcState, state: RunState, now: float, pid: int | None) -> list[Text]:
+        """The row's cells; the same list as last time when nothing it shows changed (the table then finds
+        it unchanged by identity: a 129-row redraw builds no Text for the rows that did not change)."""
+        styles = tuple(self._color(name) for name in ("error", "ok", "warning", p.role))
+        since = ago(now - p.since) if p.since else ""
+        stages = tuple(p.stages) if p.stage in TERMINAL else ()
+        key = (p.role, p.node, p.stage, p.up_stage, stages, since, p.alive, p.exit_code, p.exit_detail,
+               state.teardown.get(p.name), pid, styles)
+        hit = self._rows.get(p.name)
+        if hit is not None and hit[0] == key:
+            return hit[1]
+        cells = self._cells(p, state, now, pid)
+        self._rows[p.name] = (key, cells)
+        return cells
 
     def _cells(self, p: ProcState, state: RunState, now: float, pid: int | None) -> list[Text]:
         err, ok, warn, color = (self._color(name) for name in ("error", "ok", "warning", p.role))
@@ -103,7 +108,7 @@ class ProcessTable(DataTable):
 
     def _color(self, name: str) -> Style:
         """A severity's or a role's colour (an empty style for none)."""
-        return self.get_component_rich_style(f"process-table--{name}", partial=True, default=Style())
+        return self.get_component_rich_style(f"process-table--{name}", partial=True, default=NO_STYLE)
 
 
 def _bar(p: ProcState) -> Text:
