@@ -37,7 +37,7 @@ from . import bindings
 from .hints import in_console
 from .live import LiveRun
 from .messages import InventoryUpdated, LaunchRequested, RunUpdated
-from .run_control import RunController
+from .run_control import RunController, can_draw
 from .screens.base import DesignScreen
 from .screens.layout import LayoutScreen
 from .screens.nodes import NodesScreen
@@ -173,7 +173,9 @@ class ConsoleApp(App[int]):
         """The design view when it is on top; None under a dialog, on the run views, and while the
         app is closing (timers and messages can still fire once the screen stack is empty)."""
         stack = self.screen_stack
-        return stack[-1] if stack and isinstance(stack[-1], DesignScreen) else None
+        top = stack[-1] if stack else None
+        # not before it is loaded, nor while the app takes its screens apart (the same check as a pulse's)
+        return top if isinstance(top, DesignScreen) and can_draw(top) else None
 
     def watch_version(self) -> None:
         if self.screen_stack:  # (not while closing)

@@ -128,3 +128,33 @@ async def test_a_pulse_while_the_app_quits_does_not_touch_the_run_view_it_takes_
         hook.screen = screen
     assert hook.driven == 1, "the pulse was never driven while the app quit"
     assert hook.errors == []
+
+
+async def test_an_inventory_refresh_while_the_app_quits_does_not_touch_the_nodes_view_it_takes_apart():
+    """An inventory refresh that finishes as the console quits (the flaky test_app failure: NoMatches on
+    #nodes-summary): the design view is not redrawn once its widgets are gone."""
+    from atomdeck.tui.messages import InventoryUpdated
+    from atomdeck.tui.screens.nodes import NodesScreen
+    from atomdeck.tui.widgets.node_table import NodeTable
+
+    class RefreshWhileQuitting(PulseWhileQuitting):
+        def __call__(self, message) -> None:
+            app, screen = self.app, self.screen
+            if (app is None or screen is None or self.driven or app.is_running
+                    or not isinstance(message, events.Unmount) or screen not in app.screen_stack
+                    or screen.query(self.part)):
+                return
+            self.driven += 1
+            try:
+                app.on_inventory_updated(InventoryUpdated(changed=True, note=""))
+            except Exception as e:  # recorded and asserted below, not swallowed
+                self.errors.append(e)
+
+    hook = RefreshWhileQuitting(NodeTable)
+    app = hook.app = make_app()
+    async with app.run_test(size=BIG, message_hook=hook) as pilot:
+        await until(pilot, lambda: isinstance(app.screen, NodesScreen) and app.screen.query(NodeTable),
+                    what="the nodes view")
+        hook.screen = app.screen
+    assert hook.driven == 1, "the refresh was never delivered while the app quit"
+    assert hook.errors == []

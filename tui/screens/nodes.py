@@ -54,8 +54,8 @@ class NodesScreen(TypeAhead, DesignScreen):
         self.query_one(FindingsView).show(app.assessment.findings)
 
     def inventory_refreshed(self) -> None:
-        if self.is_mounted:
-            self.query_one("#nodes-summary", Static).update(self._summary())
+        """(called only when this view can draw: see ConsoleApp.design_screen)"""
+        self.query_one("#nodes-summary", Static).update(self._summary())
 
     def _summary(self) -> Text:
         app = self.console
