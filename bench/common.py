@@ -103,6 +103,11 @@ class Term:
         while time.monotonic() - t0 < timeout:
             if text in self.screen():
                 return time.monotonic()
+            if self.control is not None:
+                # an attached control client must be read: one that is not stops reading its stdin once
+                # its output pipe is full (a 128-node launch prints that much in a second), and a key
+                # sent through it ("y" that confirms the launch) was never delivered
+                self.forget(every)
             time.sleep(every)
         raise RuntimeError(f"'{text}' never appeared:\n{self.screen()}")
 

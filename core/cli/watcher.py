@@ -188,10 +188,38 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) != 1:
         print("usage: python -m atomdeck.core.cli.watcher RUN_ID", file=sys.stderr)
         return 2
+    return run_bounded(watch(args[0]))
+
+
+def run_bounded(coro, grace_s: float = 2.0) -> int:
+    """asyncio.run, except that the tasks left when `coro` returns get `grace_s` to end once cancelled.
+    asyncio.run waits for them without a bound: a watcher whose console had died (its stdin closed)
+    stayed alive for good, in Runner.close, because one task of Run.watch never finished after its
+    cancellation. The stuck tasks are named on stderr (the run's watcher.log), then the process exits."""
+    loop = asyncio.new_event_loop()
+    code = 0
     try:
-        return asyncio.run(watch(args[0]))
+        code = loop.run_until_complete(coro)
     except BrokenPipeError:
-        return 0
+        code = 0
+    finally:
+        left = [t for t in asyncio.all_tasks(loop) if not t.done()]
+        for t in left:
+            t.cancel()
+        if left:
+            _, stuck = loop.run_until_complete(asyncio.wait(left, timeout=grace_s))
+            if stuck:
+                names = ", ".join(sorted(f"{t.get_name()} {t.get_coro()!r}" for t in stuck))
+                print(f"watcher: {len(stuck)} task(s) still running {grace_s:g} s after their cancellation, "
+                      f"exiting anyway: {names}", file=sys.stderr, flush=True)
+                try:
+                    sys.stdout.flush()
+                except (BrokenPipeError, OSError):
+                    pass
+                os._exit(code)
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.close()
+    return code
 
 
 if __name__ == "__main__":
