@@ -351,7 +351,7 @@ def rows(r: dict) -> list[str]:
 
 
 def main(parts: list[str] | None = None) -> dict:
-    parts = parts or ["first", "flood", "idle", "filter"]
+    parts = parts or ["first", "flood", "flood-apart", "idle", "filter"]
     r: dict = {}
     if shutil.which("tmux") is None:
         parts = [p for p in parts if p == "filter"]
