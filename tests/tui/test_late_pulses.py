@@ -84,10 +84,11 @@ class PulseWhileQuitting:
     shuts down and `screen` has lost `part` while it is still on the screen stack: what a pulse queued
     behind the quit meets."""
 
-    def __init__(self, part: type) -> None:
+    def __init__(self, part: type, drive=None) -> None:
         self.app = None
         self.screen = None
         self.part = part
+        self.drive = drive or (lambda app: app.runs.redraw())  # what reaches the screen: a pulse by default
         self.driven = 0
         self.errors: list[BaseException] = []
 
@@ -98,7 +99,7 @@ class PulseWhileQuitting:
             return
         self.driven += 1
         try:
-            app.runs.redraw()
+            self.drive(app)
         except Exception as e:  # recorded and asserted below, not swallowed
             self.errors.append(e)
 
@@ -137,20 +138,7 @@ async def test_an_inventory_refresh_while_the_app_quits_does_not_touch_the_nodes
     from atomdeck.tui.screens.nodes import NodesScreen
     from atomdeck.tui.widgets.node_table import NodeTable
 
-    class RefreshWhileQuitting(PulseWhileQuitting):
-        def __call__(self, message) -> None:
-            app, screen = self.app, self.screen
-            if (app is None or screen is None or self.driven or app.is_running
-                    or not isinstance(message, events.Unmount) or screen not in app.screen_stack
-                    or screen.query(self.part)):
-                return
-            self.driven += 1
-            try:
-                app.on_inventory_updated(InventoryUpdated(changed=True, note=""))
-            except Exception as e:  # recorded and asserted below, not swallowed
-                self.errors.append(e)
-
-    hook = RefreshWhileQuitting(NodeTable)
+    hook = PulseWhileQuitting(NodeTable, drive=lambda app: app.on_inventory_updated(InventoryUpdated(True, "")))
     app = hook.app = make_app()
     async with app.run_test(size=BIG, message_hook=hook) as pilot:
         await until(pilot, lambda: isinstance(app.screen, NodesScreen) and app.screen.query(NodeTable),
