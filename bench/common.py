@@ -408,3 +408,14 @@ class ConsoleProcs:
                 "watcher_rss_mb": round(rss_mb(self.watcher), 2) if self.watcher else None,
                 "watcher_fds": fds(self.watcher), "console_cpu_s": round(cpu_s(self.console), 2),
                 "watcher_cpu_s": round(cpu_s(self.watcher), 2)}
+
+
+def big_cluster(n: int) -> str:
+    """The cluster of the node-filter benchmarks (console.py in tmux, console_scale_keys.py headless): `n`
+    nodes, every 37th drained with a reason."""
+    lines = ["name: big2000", "description: 2,000 nodes for the filter benchmark (read offline)", "launcher: slurm",
+             "gpus_per_node: 8", "nodes:"]
+    for i in range(n):
+        extra = ', state: "IDLE+DRAIN", reason: "gpu memory not released"' if i % 37 == 0 else ""
+        lines.append(f"  - {{name: node-{i:04d}, addr: 10.{i // 250}.{i % 250}.1, gpus: 8, partition: gpu{extra}}}")
+    return "\n".join(lines) + "\n"

@@ -25,6 +25,7 @@ from common import (
     ATOMDECK,
     ConsoleProcs,
     Term,
+    big_cluster,
     console_in_tmux,
     console_pid,
     cpu_s,
@@ -233,15 +234,6 @@ def idle_serving(seconds: float = 30.0) -> dict:
 
 
 # -- (c) node filter -----------------------------------------------------------------------------------
-def _big_cluster(n: int) -> str:
-    lines = ["name: big2000", "description: 2,000 nodes for the filter benchmark (read offline)", "launcher: slurm",
-             "gpus_per_node: 8", "nodes:"]
-    for i in range(n):
-        extra = ', state: "IDLE+DRAIN", reason: "gpu memory not released"' if i % 37 == 0 else ""
-        lines.append(f"  - {{name: node-{i:04d}, addr: 10.{i // 250}.{i % 250}.1, gpus: 8, partition: gpu{extra}}}")
-    return "\n".join(lines) + "\n"
-
-
 def node_filter(n: int = 2000, typed: str = "10.7.1") -> dict:
     """Type a filter one key at a time, then delete it: key -> the table shows the filtered rows.
 
@@ -271,7 +263,7 @@ def node_filter(n: int = 2000, typed: str = "10.7.1") -> dict:
 
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
-        (tmp / "big.yaml").write_text(_big_cluster(n))
+        (tmp / "big.yaml").write_text(big_cluster(n))
         term = Term(tmp, state_env(tmp))
         times: list[float] = []
         try:

@@ -23,6 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from common import big_cluster
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="atomdeck-bench-")
@@ -101,14 +103,6 @@ async def main(mode: str, seconds: float) -> None:
               f" p50 {key_cpu[len(key_cpu) // 2] * 1000:.0f} ms max {key_cpu[-1] * 1000:.0f} ms")
 
 
-def _big_cluster(n: int) -> str:
-    """The cluster of bench/console.py's filter benchmark (the same nodes, addresses and drained ones)."""
-    lines = ["name: big2000", "description: 2,000 nodes for the filter benchmark (read offline)", "launcher: slurm",
-             "gpus_per_node: 8", "nodes:"]
-    for i in range(n):
-        extra = ', state: "IDLE+DRAIN", reason: "gpu memory not released"' if i % 37 == 0 else ""
-        lines.append(f"  - {{name: node-{i:04d}, addr: 10.{i // 250}.{i % 250}.1, gpus: 8, partition: gpu{extra}}}")
-    return "\n".join(lines) + "\n"
 
 
 async def node_filter(n: int, typed: str = "10.7.1") -> None:
@@ -117,7 +111,7 @@ async def node_filter(n: int, typed: str = "10.7.1") -> None:
     from tests.tui.conftest import make_app
 
     d = Path(tempfile.mkdtemp(prefix="atomdeck-bench-filter-"))
-    (d / "big.yaml").write_text(_big_cluster(n))
+    (d / "big.yaml").write_text(big_cluster(n))
     app = make_app(cluster=str(d / "big.yaml"), offline=True)
     async with app.run_test(size=(160, 50)) as pilot:
         await app.workers.wait_for_complete()

@@ -143,31 +143,22 @@ class VirtualTable(ScrollView, can_focus=True):
     }
     """
 
-    class RowHighlighted(Message):
+    class _RowMessage(Message):
+        def __init__(self, table: VirtualTable, row: int, key: str) -> None:
+            super().__init__()
+            self.table = table
+            self.row = row
+            self.key = key
+
+        @property
+        def control(self) -> VirtualTable:
+            return self.table
+
+    class RowHighlighted(_RowMessage):
         """The cursor is on another row (its key or its index changed)."""
 
-        def __init__(self, table: VirtualTable, row: int, key: str) -> None:
-            super().__init__()
-            self.table = table
-            self.row = row
-            self.key = key
-
-        @property
-        def control(self) -> VirtualTable:
-            return self.table
-
-    class RowSelected(Message):
+    class RowSelected(_RowMessage):
         """Enter on the cursor's row, or a click on it."""
-
-        def __init__(self, table: VirtualTable, row: int, key: str) -> None:
-            super().__init__()
-            self.table = table
-            self.row = row
-            self.key = key
-
-        @property
-        def control(self) -> VirtualTable:
-            return self.table
 
     def __init__(self, *, id: str | None = None, classes: str | None = None, zebra_stripes: bool = False,
                  cell_padding: int = 1) -> None:
