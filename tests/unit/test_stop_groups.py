@@ -24,14 +24,19 @@ def start(name: str, script: str) -> subprocess.Popen:
                             env={**os.environ, "ATOMDECK_RUN": env_marker(RUN, name).split("=", 1)[1]})
 
 
+
+def _wait_for_pairs(procs) -> None:
+    """Until every group has its two processes (the leader and its child)."""
+    deadline = time.monotonic() + 30
+    while any(len(m) < 2 for m in scan_groups([p.pid for p in procs.values()]).values()):
+        assert time.monotonic() < deadline, "the groups never had their two processes"
+        time.sleep(0.02)
+
 def test_stopping_many_groups_reads_proc_once_per_tick_and_ends_every_process():
     names = [f"decode-{i}" for i in range(5)] + ["stubborn"]
     procs = {n: start(n, STUBBORN if n == "stubborn" else PLAIN) for n in names}
     try:
-        deadline = time.monotonic() + 30
-        while any(len(m) < 2 for m in scan_groups([p.pid for p in procs.values()]).values()):
-            assert time.monotonic() < deadline, "the groups never had their two processes"
-            time.sleep(0.02)
+        _wait_for_pairs(procs)
         scans: list[set[int]] = []
         ticks = 0
 
@@ -92,10 +97,7 @@ def test_a_teardown_stopping_each_process_on_its_own_still_reads_proc_once_per_t
     names = ["prefill-0", "prefill-1", "decode-0", "router"]
     procs = {n: start(n, PLAIN) for n in names}
     try:
-        deadline = time.monotonic() + 30
-        while any(len(m) < 2 for m in scan_groups([p.pid for p in procs.values()]).values()):
-            assert time.monotonic() < deadline, "the groups never had their two processes"
-            time.sleep(0.02)
+        _wait_for_pairs(procs)
         launcher = LocalLauncher(RUN, str(tmp_path))
         scans: list[set[int]] = []
         ticks = 0
