@@ -148,14 +148,27 @@ async def test_a_server_that_closes_every_connection_still_answers_every_request
     assert await sockets_back_to(before) == before
 
 
-async def test_a_refused_port_and_a_timeout_are_answers_with_status_0_and_leave_no_socket():
-    async def silent(reader, writer):  # reads, never answers; closes once the client has gone
+class Silent:
+    """A server that reads a request and never answers; it closes a connection once the client has gone.
+    `arrived` is set when a request came."""
+
+    def __init__(self) -> None:
+        self.arrived = asyncio.Event()
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        self.arrived.set()
         await reader.read()
         writer.close()
 
+    async def start(self) -> tuple[asyncio.Server, int]:
+        srv = await asyncio.start_server(self.serve, HOST, 0)
+        return srv, srv.sockets[0].getsockname()[1]
+
+
+async def test_a_refused_port_and_a_timeout_are_answers_with_status_0_and_leave_no_socket():
     before = open_sockets()
-    srv = await asyncio.start_server(silent, HOST, 0)
-    port = srv.sockets[0].getsockname()[1]
+    srv, port = await Silent().start()
     http = HttpClient()
     async with srv:
         r = await http.get(HOST, port, "/health", timeout=0.3)
@@ -183,49 +196,27 @@ async def test_close_leaves_no_socket_open_for_many_endpoints():
     assert await sockets_back_to(before) == before
 
 
-async def test_cancelling_a_request_in_flight_propagates_and_closes_its_connection():
-    arrived = asyncio.Event()
-
-    async def serve(reader, writer):
-        await reader.readuntil(b"\r\n\r\n")
-        arrived.set()
-        await reader.read()  # never answers; closes once the client has gone
-        writer.close()
-
+@pytest.mark.parametrize("end", ["cancel", "close"])
+async def test_a_request_in_flight_cancelled_or_closed_leaves_no_socket(end):
+    """A cancellation propagates (and the half-done exchange is not kept for the next request); `aclose`
+    ends a request in flight with status 0."""
     before = open_sockets()
-    srv = await asyncio.start_server(serve, HOST, 0)
-    port = srv.sockets[0].getsockname()[1]
+    silent = Silent()
+    srv, port = await silent.start()
     async with srv:
         http = HttpClient()
         task = asyncio.create_task(http.get(HOST, port, "/health", timeout=20))
-        await arrived.wait()
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-        assert not http.connections()  # the half-done exchange is not kept for the next request
-        await http.aclose()
-    assert await sockets_back_to(before) == before
-
-
-async def test_close_while_a_request_is_in_flight_ends_it_and_its_socket():
-    arrived = asyncio.Event()
-
-    async def serve(reader, writer):
-        await reader.readuntil(b"\r\n\r\n")
-        arrived.set()
-        await reader.read()  # never answers; closes once the client has gone
-        writer.close()
-
-    before = open_sockets()
-    srv = await asyncio.start_server(serve, HOST, 0)
-    port = srv.sockets[0].getsockname()[1]
-    async with srv:
-        http = HttpClient()
-        task = asyncio.create_task(http.get(HOST, port, "/health", timeout=20))
-        await arrived.wait()
-        await http.aclose()
-        r = await task
-        assert r.status == 0 and r.error
+        await silent.arrived.wait()
+        if end == "cancel":
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            assert not http.connections()
+            await http.aclose()
+        else:
+            await http.aclose()
+            r = await task
+            assert r.status == 0 and r.error
     assert await sockets_back_to(before) == before
 
 
