@@ -91,50 +91,59 @@ async def test_a_connection_the_server_closed_is_opened_again_on_the_next_reques
         await http.aclose()
 
 
+class Raw:
+    """A raw asyncio server on loopback that counts the connections it accepts; `answer` serves each."""
+
+    def __init__(self, answer) -> None:
+        self.answer = answer
+        self.accepted = 0
+
+    async def start(self) -> tuple[asyncio.Server, int]:
+        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            self.accepted += 1
+            await reader.readuntil(b"\r\n\r\n")
+            await self.answer(reader, writer)
+
+        srv = await asyncio.start_server(serve, HOST, 0)
+        return srv, srv.sockets[0].getsockname()[1]
+
+
 async def test_a_stale_connection_found_only_when_sending_is_tried_again_once():
     """The server closed without the client noticing before it wrote (a FIN not yet read): the GET is
     sent again once on a new connection, not reported as a miss."""
-    accepted = 0
 
-    async def serve(reader, writer):
-        nonlocal accepted
-        accepted += 1
-        await reader.readuntil(b"\r\n\r\n")
+    async def answer_then_close_at_the_next_request(reader, writer):
         writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
         await writer.drain()
-        await reader.readuntil(b"\r\n\r\n")  # the next request arrives: close without answering
+        await reader.readuntil(b"\r\n\r\n")
         writer.close()
 
-    srv = await asyncio.start_server(serve, HOST, 0)
-    port = srv.sockets[0].getsockname()[1]
+    raw = Raw(answer_then_close_at_the_next_request)
+    srv, port = await raw.start()
     async with srv:
         http = HttpClient()
         assert (await http.get(HOST, port, "/health")).body == b"ok"
         r = await http.get(HOST, port, "/health")
-        assert (r.status, r.body, accepted) == (200, b"ok", 2)
+        assert (r.status, r.body, raw.accepted) == (200, b"ok", 2)
         await http.aclose()
 
 
 async def test_a_server_that_closes_every_connection_still_answers_every_request():
     """HTTP/1.0-style servers (Connection: close): the client opens one connection a request."""
-    accepted = 0
 
-    async def serve(reader, writer):
-        nonlocal accepted
-        accepted += 1
-        await reader.readuntil(b"\r\n\r\n")
+    async def answer_and_close(reader, writer):
         writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
         await writer.drain()
         writer.close()
 
     before = open_sockets()
-    srv = await asyncio.start_server(serve, HOST, 0)
-    port = srv.sockets[0].getsockname()[1]
+    raw = Raw(answer_and_close)
+    srv, port = await raw.start()
     async with srv:
         http = HttpClient()
         for _ in range(5):
             assert (await http.get(HOST, port, "/x")).body == b"ok"
-        assert accepted == 5
+        assert raw.accepted == 5
         await http.aclose()
     assert await sockets_back_to(before) == before
 
