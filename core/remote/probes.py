@@ -114,7 +114,6 @@ class _Conn:
         self.reader, self.writer = reader, writer
         self.h11 = h11.Connection(h11.CLIENT, max_incomplete_event_size=MAX_HEAD)
         self.received = 0  # bytes of the current exchange's answer
-        self.exchanges = 0  # finished on this connection
 
     @classmethod
     async def open(cls, runner: Runner, host: str, port: int) -> _Conn:
@@ -151,12 +150,11 @@ class _Conn:
             elif isinstance(event, h11.EndOfMessage | h11.ConnectionClosed):
                 if not status:
                     raise ConnectionError("closed without an answer")
-                self.exchanges += 1
                 return HttpResult(status, bytes(data))
 
-    def reusable(self) -> bool:
-        """Both sides done with a keep-alive exchange: start the next one. False after `Connection: close`,
-        an HTTP/1.0 answer, a body ended by closing, or an error."""
+    def next_cycle(self) -> bool:
+        """Both sides done with a keep-alive exchange: ready it for the next one. False (not reusable) after
+        `Connection: close`, an HTTP/1.0 answer, a body ended by closing, or an error."""
         if self.h11.our_state is h11.DONE and self.h11.their_state is h11.DONE:
             self.h11.start_next_cycle()
             return True
@@ -241,7 +239,7 @@ class HttpClient:
                 raise
             finally:
                 self._busy.discard(conn)
-            if generation == self._generation and key not in self._idle and conn.reusable():
+            if generation == self._generation and key not in self._idle and conn.next_cycle():
                 self._idle[key] = conn
             else:
                 conn.close()
