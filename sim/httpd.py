@@ -74,6 +74,7 @@ class HttpServer:
         self.access_log = access_log
         self.server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
+        self.accepted = 0  # connections accepted (a kept-alive client opens one per endpoint)
 
     async def start(self, host: str, port: int) -> None:
         """Bind and listen (raises OSError when the address is taken)."""
@@ -88,6 +89,7 @@ class HttpServer:
         self._writers.clear()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.accepted += 1
         self._writers.add(writer)
         peername = writer.get_extra_info("peername") or ("?", 0)
         peer = f"{peername[0]}:{peername[1]}"

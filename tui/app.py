@@ -35,18 +35,14 @@ from ..core.design.workspace import Workspace, load_workspace, offline_nodes
 from ..core.run.inventory import fetch_inventory
 from . import bindings
 from .hints import in_console
-from .live import LiveRun
 from .messages import InventoryUpdated, LaunchRequested, RunUpdated
 from .run_control import RunController, can_draw
 from .screens.base import DesignScreen
-from .screens.layout import LayoutScreen
 from .screens.nodes import NodesScreen
-from .screens.preview import PreviewScreen
-from .screens.run import RunScreen
-from .screens.runs import RunsScreen
 
 if TYPE_CHECKING:
     from ..core.run.run import Run
+    from .live import LiveRun
 
 DEMO_CLUSTER = "local"
 DEMO_RECIPE = "demo-1p1d"
@@ -60,8 +56,8 @@ class ConsoleApp(App[int]):
     CSS_PATH = "atomdeck.tcss"
     BINDINGS = bindings.APP
     MODES: ClassVar[dict[str, str | Callable[[], Screen]]] = {
-        "nodes": NodesScreen, "layout": LayoutScreen, "preview": PreviewScreen, "run": RunScreen,
-        "runs": RunsScreen, "bench": lambda: _bench_screen()}
+        "nodes": NodesScreen, "layout": lambda: _layout_screen(), "preview": lambda: _preview_screen(),
+        "run": lambda: _run_screen(), "runs": lambda: _runs_screen(), "bench": lambda: _bench_screen()}
     PULSE_S = 0.1  # the run views redraw at most this often, however fast events and lines arrive
     # Bumped whenever core re-assessed the design (or the theme changed): the design views watch it.
     version: reactive[int] = reactive(0, init=False)
@@ -139,6 +135,8 @@ class ConsoleApp(App[int]):
         self.theme_changed_signal.subscribe(self, self._on_theme_changed)
         self.set_interval(self.PULSE_S, self.runs.pulse)
         if self._initial_run is not None:
+            from .live import LiveRun
+
             run, self._initial_run = self._initial_run, None
             self.runs.attach(run, watch=run.state.status not in LiveRun.OVER)
             self.switch_mode("run")
@@ -451,6 +449,31 @@ class ConsoleApp(App[int]):
         self._redraw()  # role colours come from the theme
         if self._theme_choice is None:
             _write_settings({"theme": self.theme})
+
+
+# The views other than Nodes (the first frame), each imported when first shown.
+def _layout_screen() -> Screen:
+    from .screens.layout import LayoutScreen
+
+    return LayoutScreen()
+
+
+def _preview_screen() -> Screen:
+    from .screens.preview import PreviewScreen
+
+    return PreviewScreen()
+
+
+def _run_screen() -> Screen:
+    from .screens.run import RunScreen
+
+    return RunScreen()
+
+
+def _runs_screen() -> Screen:
+    from .screens.runs import RunsScreen
+
+    return RunsScreen()
 
 
 def _bench_screen() -> Screen:

@@ -15,7 +15,6 @@ from rich.text import Text
 from textual.screen import ModalScreen, Screen
 
 from ..core.design.lint import Assessment
-from .live import LiveRun
 from .messages import RunUpdated
 
 WATCH_AFTER_TEARDOWN_S = 1.0
@@ -25,6 +24,7 @@ if TYPE_CHECKING:
 
     from ..core.run.run import Run
     from .app import ConsoleApp
+    from .live import LiveRun
     from .watch_client import WatchProcess
 
 
@@ -96,6 +96,7 @@ class RunController:
     def attach(self, run: Run, watch: bool = True) -> LiveRun:
         """Make `run` the console's run (the previous one must have been detached) and watch it:
         core's Run.watch runs in a watcher process (watcher.py), which reports here."""
+        from .live import LiveRun  # with the run's events: not needed for the first frame
         from .watch_client import WatchProcess
 
         live = LiveRun(run)
@@ -163,6 +164,7 @@ class RunController:
 
     async def _open_run(self, run_id: str) -> LiveRun | None:
         from ..core.run.run import Run
+        from .live import LiveRun
 
         if self.live is not None and self.live.teardown_running:
             self.app.notify("a teardown is running; wait for it before opening another run", severity="warning")

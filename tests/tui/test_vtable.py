@@ -4,9 +4,13 @@ not how fast (bench/console_scale_keys.py times it)."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
 from atomdeck.tui.widgets.vtable import VirtualTable
 from rich.text import Text
 from textual.app import App
+from textual.pilot import Pilot
 
 COLUMNS = [("name", "NAME"), ("stage", "STAGE"), ("since", "SINCE")]
 
@@ -32,17 +36,26 @@ class One(App):
         self.seen.append(("selected", event.key))
 
 
+@asynccontextmanager
+async def table_app(n: int, focus: bool = False, zebra_stripes: bool = True) -> AsyncIterator[tuple[One, VirtualTable, Pilot]]:
+    """A table of `n` rows (COLUMNS) alone in an app at 60x12, drawn once: (app, table, pilot)."""
+    table = VirtualTable(id="t", zebra_stripes=zebra_stripes)
+    app = One(table)
+    async with app.run_test(size=(60, 12)) as pilot:
+        table.set_columns(COLUMNS)
+        table.set_rows(rows(n))
+        if focus:
+            table.focus()
+        await pilot.pause()
+        yield app, table, pilot
+
+
 def line(table: VirtualTable, y: int) -> str:
     return "".join(s.text for s in table.render_line(y))
 
 
 async def test_the_cursor_stays_on_its_row_key_across_set_rows_and_filters():
-    table = VirtualTable(id="t", zebra_stripes=True)
-    app = One(table)
-    async with app.run_test(size=(60, 12)) as pilot:
-        table.set_columns(COLUMNS)
-        table.set_rows(rows(30))
-        await pilot.pause()
+    async with table_app(30) as (app, table, pilot):
         table.move_cursor(row=20)
         await pilot.pause()
         assert table.cursor_key == "r20" and app.seen[-1] == ("highlighted", "r20")
@@ -73,12 +86,7 @@ async def test_the_cursor_stays_on_its_row_key_across_set_rows_and_filters():
 
 
 async def test_only_the_rows_that_changed_are_drawn_again():
-    table = VirtualTable(id="t", zebra_stripes=True)
-    app = One(table)
-    async with app.run_test(size=(60, 12)) as pilot:
-        table.set_columns(COLUMNS)
-        table.set_rows(rows(40))
-        await pilot.pause()
+    async with table_app(40) as (app, table, pilot):
         shown = table.size.height - 1  # rows on screen (the header is the first line)
         assert table.renders == shown, "only the rows on screen are laid out"
         laid, drawn = table.renders, table.lines_drawn
@@ -130,13 +138,7 @@ async def test_only_the_rows_that_changed_are_drawn_again():
 
 
 async def test_keys_and_clicks_move_the_cursor_and_enter_selects():
-    table = VirtualTable(id="t")
-    app = One(table)
-    async with app.run_test(size=(60, 12)) as pilot:
-        table.set_columns(COLUMNS)
-        table.set_rows(rows(50))
-        table.focus()
-        await pilot.pause()
+    async with table_app(50, focus=True, zebra_stripes=False) as (app, table, pilot):
         view = table.size.height - 1
         await pilot.press("down", "down")
         assert table.cursor_row == 2

@@ -91,3 +91,40 @@ def test_serving_health_alone_calls_a_silent_endpoint_unresponsive_and_its_answe
         await server.wait_closed()
 
     asyncio.run(main())
+
+
+def test_serving_health_asks_over_one_connection_and_closes_it_when_its_watch_is_cancelled(tmp_path):
+    """Issue 19: the checks of an endpoint reuse one kept-alive connection (counted where the simulator's
+    HTTP server accepts them); cancelling the watch propagates and leaves no connection open."""
+    from atomdeck.sim.httpd import HttpServer, json_response
+
+    async def main():
+        async def health(req):
+            return json_response({"status": "ok"})
+
+        srv = HttpServer({("GET", "/health"): health})
+        await srv.start("127.0.0.1", 0)
+        assert srv.server is not None
+        port = srv.server.sockets[0].getsockname()[1]
+        host = Host(LocalLauncher("alone", str(tmp_path)))
+        host.state.procs["decode-0"].stage = "serving"
+        health = ServingHealth(host, Group())  # type: ignore[arg-type]
+        ep = Endpoint("decode-0", "here", "127.0.0.1", port, "/health")
+        health.endpoints = lambda: [ep]  # type: ignore[method-assign]  # (the run's plan is not here)
+        task = asyncio.create_task(health.watch())
+        while health.requests.get("decode-0", 0) < 3 or health.http.connections() == 0:
+            await asyncio.sleep(0.05)
+        assert srv.accepted == 1 and host.state.procs["decode-0"].stage == "serving"
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            cancelled = True
+        else:
+            cancelled = False
+        assert cancelled and health.http.connections() == 0
+        while srv._writers:  # the server sees the client's close
+            await asyncio.sleep(0.01)
+        await srv.close()
+
+    asyncio.run(asyncio.wait_for(main(), 30))

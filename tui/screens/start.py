@@ -18,6 +18,7 @@ from textual.widgets.option_list import Option, OptionDoesNotExist
 from ...core.config.errors import AtomdeckError, ConfigError
 from ...core.config.paths import shipped_clusters, shipped_recipes
 from .. import bindings
+from .typeahead import TypeAhead
 
 if TYPE_CHECKING:
     from ..app import ConsoleApp
@@ -34,7 +35,7 @@ def _describe(path: Path) -> str:
     return str(data.get("description", "")) if isinstance(data, dict) else ""
 
 
-class StartScreen(Screen[bool]):
+class StartScreen(TypeAhead, Screen[bool]):
     """Dismissed with True once a design was opened, False on cancel."""
 
     BINDINGS = bindings.START
@@ -47,7 +48,6 @@ class StartScreen(Screen[bool]):
         self.cluster, self.recipe, self.error = cluster, recipe, error
         self.clusters = shipped_clusters() if clusters is None else clusters
         self.recipes = shipped_recipes() if recipes is None else recipes
-        self._typing_into: Input | None = None  # the box keys typed on a list go to, until it has focus
 
     @property
     def console(self) -> ConsoleApp:
@@ -91,23 +91,16 @@ class StartScreen(Screen[bool]):
         self.query_one("#clusters" if not self.cluster else "#recipes", OptionList).focus()
 
     def on_key(self, event) -> None:
-        """Typing on a list types into the name box under it (the Open screen owns its keys)."""
+        """Typing on a list types into the name box under it (the Open screen owns its keys): the first key
+        opens the box in place of its name; the keys typed (or pasted) before focus lands on it are put
+        after it, never lost (TypeAhead)."""
         focused = self.focused
         if not isinstance(focused, OptionList) or not event.is_printable or not event.character:
             return
         box = self.query_one("#cluster-input" if focused.id == "clusters" else "#recipe-input", Input)
-        # the first key replaces the name in the box; focus moves to the box on a later turn of the loop,
-        # so keys typed (or pasted) before it lands are appended, never lost
-        box.value = box.value + event.character if self._typing_into is box else event.character
-        self._typing_into = box
-        box.cursor_position = len(box.value)
-        box.focus()
-        event.stop()
-        event.prevent_default()
-
-    def on_descendant_focus(self, event) -> None:
-        if isinstance(event.widget, OptionList):
-            self._typing_into = None  # back on a list: the next key starts a new name again
+        if self.typeahead_opening() is not box:
+            self.typeahead_open(box)
+        self.typeahead_put(event)
 
     @on(OptionList.OptionSelected, "#clusters")
     def cluster_selected(self, event: OptionList.OptionSelected) -> None:

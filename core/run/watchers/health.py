@@ -1,8 +1,9 @@
 """Health after the start: every endpoint asked on a steady cadence with a short timeout.
 
 Each worker's GET /health and the router's GET /readiness, once a second at most (one request in
-flight per endpoint), from where the launcher probes ports. Any HTTP answer counts as an answer (a
-503 from /readiness says the router has no healthy worker, which the router panel shows). MISSES
+flight per endpoint, on one kept-alive connection per endpoint), from where the launcher probes ports.
+Any HTTP answer counts as an answer (a 503 from /readiness says the router has no healthy worker, which
+the router panel shows). MISSES
 unanswered checks in a row from a process that is still alive make it `unresponsive` and the run
 `degraded`; the diagnosis says what was asked, where, since when, whether the process is alive and
 its state read from /proc on its node (`T (stopped)` after a SIGSTOP), and its last line. An answer
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ...remote.node_probes import processes_on_node, worst
-from ...remote.probes import http_get
+from ...remote.probes import HttpClient
 from ..events import HEALTH_STAGES, LIVE, TERMINAL, Event
 from .base import RunHost
 
@@ -45,6 +46,7 @@ class ServingHealth:
         self.misses: dict[str, int] = {}
         self.first_miss: dict[str, float] = {}
         self.requests: dict[str, int] = {}  # checks made per endpoint (the cadence is measured from it)
+        self.http = HttpClient()  # one connection per endpoint, closed when the watch ends
 
     def endpoints(self) -> list[Endpoint]:
         run = self.run
@@ -59,9 +61,12 @@ class ServingHealth:
         return out
 
     async def watch(self) -> None:
-        while self.run.state.status not in LIVE:
-            await asyncio.sleep(0.5)
-        await asyncio.gather(*(self.follow(ep) for ep in self.endpoints()))
+        try:
+            while self.run.state.status not in LIVE:
+                await asyncio.sleep(0.5)
+            await asyncio.gather(*(self.follow(ep) for ep in self.endpoints()))
+        finally:
+            await self.http.aclose()
 
     async def follow(self, ep: Endpoint) -> None:
         while True:
@@ -76,13 +81,16 @@ class ServingHealth:
         if self.run.state.status not in LIVE:
             return
         eps = [ep for ep in self.endpoints() if self.run.state.procs[ep.name].stage not in TERMINAL]
-        await asyncio.gather(*(self.check(ep, 1) for ep in eps))
+        try:
+            await asyncio.gather(*(self.check(ep, 1) for ep in eps))
+        finally:
+            await self.http.aclose()
 
     async def check(self, ep: Endpoint, misses: int) -> None:
         run = self.run
         runner = run.launcher.probe_runner(ep.node)
         self.requests[ep.name] = self.requests.get(ep.name, 0) + 1
-        r = await http_get(ep.host, ep.port, ep.path, TIMEOUT_S, runner)
+        r = await self.http.get(ep.host, ep.port, ep.path, TIMEOUT_S, runner)
         p = run.state.procs.get(ep.name)
         if p is None or run.stopping:
             return

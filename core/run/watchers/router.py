@@ -1,5 +1,5 @@
 """The router once its port is open: /readiness, /workers, /v1/models, then one smoke completion; on
-success the run is serving."""
+success the run is serving. All of it on one kept-alive connection, closed when the checks end."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import asyncio
 import time
 from typing import TYPE_CHECKING
 
-from ...remote.probes import http_get, http_post
+from ...remote.probes import HttpClient
 from ..events import Event
 from .base import RunHost
 
@@ -21,6 +21,13 @@ class RouterWatcher:
         self.group = group
 
     async def run_checks(self) -> None:
+        http = HttpClient()
+        try:
+            await self._checks(http)
+        finally:
+            await http.aclose()
+
+    async def _checks(self, http: HttpClient) -> None:
         run = self.run
         router = run.plan.router
         runner = run.launcher.probe_runner(router.node)
@@ -32,13 +39,13 @@ class RouterWatcher:
         name = run.recipe.model.client_name
         deadline = time.monotonic() + run.recipe.health.router_timeout_s
         while time.monotonic() < deadline:
-            r = await http_get(router.host, router.port, "/readiness", 3.0, runner)
+            r = await http.get(router.host, router.port, "/readiness", 3.0, runner)
             if r.ok:
                 run.emit(Event("check", "readiness", "ok", r.text(200), data=r.json() or {}))
                 break
             run.emit(Event("check", "readiness", "wait", f"{r.status or r.error}: {r.text(120)}"))
             await asyncio.sleep(0.5)
-        w = await http_get(router.host, router.port, "/workers", 3.0, runner)
+        w = await http.get(router.host, router.port, "/workers", 3.0, runner)
         stats = (w.json() or {}).get("stats", {}) if w.ok else {}
         if stats:
             want_p, want_d = len(run.plan.role_endpoints("prefill")), len(run.plan.role_endpoints("decode"))
@@ -51,7 +58,7 @@ class RouterWatcher:
                 for wname, wp in run.state.procs.items():
                     if wp.role != "router" and wp.stage == "http_up":
                         run.emit_stage(wname, "registered", "listed by the router's /workers")
-        m = await http_get(router.host, router.port, "/v1/models", 5.0, runner)
+        m = await http.get(router.host, router.port, "/v1/models", 5.0, runner)
         ids = [d.get("id") for d in (m.json() or {}).get("data", [])] if m.ok else []
         if name in ids:
             run.emit(Event("check", "models", "ok", f"router serves '{name}'"))
@@ -60,9 +67,9 @@ class RouterWatcher:
                            f"clients will ask for '{name}' but the router serves {ids or m.error or m.status}"))
             run._fail(f"the router does not serve '{name}' (it serves {ids}); clients would get 503")
             return
-        await self.smoke(runner)
+        await self.smoke(http, runner)
 
-    async def smoke(self, runner) -> None:
+    async def smoke(self, http: HttpClient, runner) -> None:
         run = self.run
         h = run.recipe.health
         body = {"model": run.recipe.model.client_name, "prompt": h.smoke_prompt, "max_tokens": h.smoke_max_tokens,
@@ -70,7 +77,7 @@ class RouterWatcher:
         router = run.plan.router
         for attempt in range(3):
             t0 = time.monotonic()
-            r = await http_post(router.host, router.port, "/v1/completions", body, h.smoke_timeout_s, runner)
+            r = await http.post(router.host, router.port, "/v1/completions", body, h.smoke_timeout_s, runner)
             dt = time.monotonic() - t0
             data = r.json() or {}
             text = ((data.get("choices") or [{}])[0] or {}).get("text", "") if r.ok else ""
