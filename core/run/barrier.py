@@ -48,7 +48,8 @@ async def connect_probe(host: str, port: int, timeout: float, runner: Runner) ->
         with socket.socket(family, socket.SOCK_STREAM) as s:
             s.setblocking(False)
             try:
-                await asyncio.wait_for(loop.sock_connect(s, (host, port)), wait)
+                async with asyncio.timeout(wait):  # not wait_for: see checkpoint()
+                    await loop.sock_connect(s, (host, port))
                 return "open"
             except TimeoutError:
                 continue
@@ -62,7 +63,11 @@ async def connect_probe(host: str, port: int, timeout: float, runner: Runner) ->
 
 
 def checkpoint() -> None:
-    """Re-raise a cancellation that asyncio.wait_for swallowed (a race in Python 3.11), so loops stop."""
+    """Re-raise a cancellation that asyncio.wait_for swallowed, so loops stop. On Python 3.11 wait_for runs
+    its awaitable in a task of its own; when that task finishes in the same turn of the loop as the
+    caller is cancelled (an Event set and a cancel together), wait_for returns the result and the
+    cancellation is lost: a loop around it runs on for good. The barrier's own waits use
+    `asyncio.timeout` (no inner task, nothing lost); this stays after awaits of code that uses wait_for."""
     task = asyncio.current_task()
     if task is not None and task.cancelling():
         raise asyncio.CancelledError
@@ -205,7 +210,8 @@ class BarrierProber:
                     await wake.wait()
                     continue
                 try:
-                    await asyncio.wait_for(wake.wait(), timeout=min(at - now, 5.0))
+                    async with asyncio.timeout(min(at - now, 5.0)):  # not wait_for: see checkpoint()
+                        await wake.wait()
                 except TimeoutError:
                     pass
         finally:
@@ -217,7 +223,7 @@ class BarrierProber:
         nodes, task = self._readers.get(id(table), (set(), None))
         nodes.add(node)
         if task is None or task.done():
-            task = asyncio.create_task(self._read_table(table, nodes))
+            task = asyncio.create_task(self._read_table(table, nodes), name=f"listen-table:{table.where}")
         self._readers[id(table)] = (nodes, task)
 
     async def _leave_reader(self, node: str, table: ListenTable) -> None:
