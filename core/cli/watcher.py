@@ -42,6 +42,7 @@ FLUSH_S = 0.05  # how often the console hears about new events and lines
 MAX_BATCH = 4_000  # lines: flush early under a flood (each message stays around a megabyte)
 QUIET_S = 0.5  # how often the last lines of the processes no view shows go out (core's last lines, "silent for")
 KEEP_LAST = 20  # ProcState.last_lines holds this many
+CANCEL_GRACE_S = 2.0  # the watch's clean-up once cancelled (its watchers end at once; this is a bound)
 
 
 class Reporter:
@@ -136,11 +137,19 @@ async def watch(run_id: str) -> int:
     except BrokenPipeError:
         code = 0
     finally:
-        for _ in range(50):  # Run.watch can swallow one cancellation (asyncio.wait_for on 3.11)
+        # one cancellation, and time for the watch's own clean-up (it cancels and awaits its watchers):
+        # cancelling it again every 0.1 s, as before, cut that clean-up short and left its watchers to
+        # asyncio's final cancel alone. A watch still running after CANCEL_GRACE_S lost a cancellation
+        # (asyncio.wait_for on Python 3.11, see core/run/barrier.py checkpoint): say where, cancel again.
+        for wait in (CANCEL_GRACE_S, 0.5, 0.5, 0.5):
             if watching.done():
                 break
             watching.cancel()
-            await asyncio.wait({watching}, timeout=0.1)
+            await asyncio.wait({watching}, timeout=wait)
+            if not watching.done():
+                where = " <- ".join(f"{f.f_code.co_name}:{f.f_lineno}" for f in watching.get_stack(limit=8))
+                print(f"watcher: the watch still running {wait:g} s after its cancellation, at {where}",
+                      file=sys.stderr, flush=True)
         flushing.cancel()
         stopping.cancel()
         try:

@@ -80,9 +80,13 @@ class Subscription:
         self.event.clear()
 
     async def wait(self, timeout: float) -> None:
-        """Until the file changes or `timeout` passes (the caller's safety poll)."""
+        """Until the file changes or `timeout` passes (the caller's safety poll). Not asyncio.wait_for: on
+        Python 3.11 a write that sets the event in the same turn of the loop as the follower's task is
+        cancelled made wait_for return normally, the cancellation lost, and follow() ran on for good
+        (a watcher that never exited; tests/unit/test_cancel_races.py)."""
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.event.wait(), timeout)
+            async with asyncio.timeout(timeout):
+                await self.event.wait()
 
     def close(self) -> None:
         self.owner.unsubscribe(self)

@@ -61,7 +61,8 @@ class RemoteShell:
             conn = await entry.get()
             self._proc = await _open_process(conn, "exec sh -s", encoding=None)
             self._proc.stdin.write(_INIT.encode())
-            line = await asyncio.wait_for(self._proc.stdout.readline(), 30)
+            async with asyncio.timeout(30):  # not wait_for: it can lose a cancellation (barrier.checkpoint)
+                line = await self._proc.stdout.readline()
             if line.strip() != b"@@ready":
                 raise OSError(f"the shell on {self.runner.where} did not start: {line[:200]!r}")
         except BaseException:
@@ -87,7 +88,8 @@ class RemoteShell:
             try:
                 if self._proc is None:
                     await self._start()
-                res = await asyncio.wait_for(self._exchange(list(argv)), timeout)
+                async with asyncio.timeout(timeout):  # not wait_for: it can lose a cancellation
+                    res = await self._exchange(list(argv))
             except TimeoutError:
                 await self._close()
                 res = Result(list(argv), 124, "", f"timed out after {timeout:g}s")

@@ -48,7 +48,8 @@ async def connect_probe(host: str, port: int, timeout: float, runner: Runner) ->
         with socket.socket(family, socket.SOCK_STREAM) as s:
             s.setblocking(False)
             try:
-                await asyncio.wait_for(loop.sock_connect(s, (host, port)), wait)
+                async with asyncio.timeout(wait):  # not wait_for: see checkpoint()
+                    await loop.sock_connect(s, (host, port))
                 return "open"
             except TimeoutError:
                 continue
@@ -62,7 +63,11 @@ async def connect_probe(host: str, port: int, timeout: float, runner: Runner) ->
 
 
 def checkpoint() -> None:
-    """Re-raise a cancellation that asyncio.wait_for swallowed (a race in Python 3.11), so loops stop."""
+    """Re-raise a cancellation that asyncio.wait_for swallowed, so loops stop. On Python 3.11 wait_for runs
+    its awaitable in a task of its own; when that task finishes in the same turn of the loop as the
+    caller is cancelled (an Event set and a cancel together), wait_for returns the result and the
+    cancellation is lost: a loop around it runs on for good. The barrier's own waits use
+    `asyncio.timeout` (no inner task, nothing lost); this stays after awaits of code that uses wait_for."""
     task = asyncio.current_task()
     if task is not None and task.cancelling():
         raise asyncio.CancelledError
@@ -137,7 +142,9 @@ class BarrierProber:
             return None if c.state != "open" else 0.0  # one last look to see it close
         if c.state == "open":
             self._fast.pop(c.key, None)
-            return OPEN_RECHECK
+            # with the node's listening table, the table watches an open cell (see _read_table): a
+            # connect a second to each of a serving run's ports was most of the watcher's CPU at scale
+            return None if self.table_for(c.node) is not None else OPEN_RECHECK
         if self._soon(c):
             if c.key not in self._fast:  # it became expected during this probe (a hint, a listen): look again now
                 self._fast[c.key] = HINT_FAST.delays()
@@ -155,7 +162,8 @@ class BarrierProber:
                 self._due[c.key] = now  # see it close
             return
         if c.state == "open":
-            self._due[c.key] = min(due, now + OPEN_RECHECK)
+            if self.table_for(c.node) is None:
+                self._due[c.key] = min(due, now + OPEN_RECHECK)
         elif self._soon(c):
             if c.key not in self._fast:  # newly expected: probe at once, then HINT_FAST
                 self._fast[c.key] = HINT_FAST.delays()
@@ -202,7 +210,8 @@ class BarrierProber:
                     await wake.wait()
                     continue
                 try:
-                    await asyncio.wait_for(wake.wait(), timeout=min(at - now, 5.0))
+                    async with asyncio.timeout(min(at - now, 5.0)):  # not wait_for: see checkpoint()
+                        await wake.wait()
                 except TimeoutError:
                     pass
         finally:
@@ -214,7 +223,7 @@ class BarrierProber:
         nodes, task = self._readers.get(id(table), (set(), None))
         nodes.add(node)
         if task is None or task.done():
-            task = asyncio.create_task(self._read_table(table, nodes))
+            task = asyncio.create_task(self._read_table(table, nodes), name=f"listen-table:{table.where}")
         self._readers[id(table)] = (nodes, task)
 
     async def _leave_reader(self, node: str, table: ListenTable) -> None:
@@ -228,12 +237,17 @@ class BarrierProber:
     async def _read_table(self, table: ListenTable, nodes: set[str]) -> None:
         """Read the listening sockets every `table.cadence` s while a cell of its nodes is closed; a
         listen there makes that cell due at once (one confirming connect, then HINT_FAST)."""
+        opened_read = 0.0  # when the table was last read for the open cells
         while True:
-            closed = [c for n in list(nodes) for c in self.by_node[n]
-                      if c.state != "open" and self.owner_alive(c) is not False]
-            if closed:
+            cells = [c for n in list(nodes) for c in self.by_node[n] if self.owner_alive(c) is not False]
+            closed = [c for c in cells if c.state != "open"]
+            now = time.monotonic()
+            opened = [c for c in cells if c.state == "open"] if now - opened_read >= OPEN_RECHECK else []
+            if closed or opened:
                 listening = await table.read()
                 checkpoint()
+                if opened:
+                    opened_read = time.monotonic()
                 if listening is not None:
                     for n in nodes:
                         self.table_reads[n] += 1
@@ -243,4 +257,10 @@ class BarrierProber:
                         if c.key in now_listed and c.key not in self.listed:
                             self.listed.add(c.key)
                             self.wake(c.node)
+                # an open cell no longer listed, or a table that could not be read: one connect decides
+                # (at most one a cell per OPEN_RECHECK, as before the table watched open cells)
+                for c in opened:
+                    if listening is None or not listens(listening, c.host, c.port):
+                        self._due[c.key] = min(self._due.get(c.key, float("inf")), time.monotonic())
+                        self.wake(c.node)
             await asyncio.sleep(table.cadence)

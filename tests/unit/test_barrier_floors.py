@@ -183,3 +183,36 @@ def test_a_listen_on_another_nodes_address_does_not_count(hourly):
     finally:
         other.close()
     assert results == ["refused"] and not listed
+
+
+def test_an_open_cell_is_watched_through_the_table_not_by_connects(hourly, monkeypatch):
+    """Serving, every cell open: with the node's listening table, the table watches them (a connect a
+    second to each port of a 128-node run was most of the watcher's CPU); a port that stops listening
+    is confirmed closed by one connect."""
+    monkeypatch.setattr(barrier, "OPEN_RECHECK", 0.01)  # the open cells' look, a hundred times a second
+    sock = bound_port()
+    sock.listen()
+    cell = CellState("n1", "127.0.0.1", sock.getsockname()[1], "decode", "http", "decode-0")
+
+    async def main():
+        table = local_table(0.01)
+        prober, task, results, until = await run_prober(cell, set(), table=table)
+        await until(1)  # open
+        connects, reads = prober.connects["n1"], table.reads
+        for _ in range(int(WAIT / 0.01)):  # the table read ten times for the open cell
+            if table.reads >= reads + 10:
+                break
+            await asyncio.sleep(0.01)
+        idle = prober.connects["n1"] - connects
+        sock.close()  # the program stops listening
+        await until(2)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        return results, idle, prober.connects["n1"] - connects, table.reads - reads
+
+    try:
+        results, idle, after, reads = asyncio.run(main())
+    finally:
+        sock.close()
+    assert reads >= 10 and idle == 0  # the table, not a connect, while it listened
+    assert results == ["open", "refused"] and after == 1  # gone from the table: one connect saw it closed
