@@ -239,7 +239,8 @@ class NodeSteps:
                 if not st.alive and not fut.done():
                     fut.set_result(st)
             try:
-                await asyncio.wait_for(news.wait(), NEWS_POLL_S)
+                async with asyncio.timeout(NEWS_POLL_S):
+                    await news.wait()
             except TimeoutError:
                 pass
 

@@ -38,7 +38,8 @@ async def tcp_probe(host: str, port: int, timeout: float = 1.0, runner: Runner |
 async def _tcp_probe(host: str, port: int, timeout: float, runner: Runner | None) -> str:
     runner = runner or _LOCAL
     try:
-        _, writer = await asyncio.wait_for(runner.open_connection(host, port), timeout)
+        async with asyncio.timeout(timeout):
+            _, writer = await runner.open_connection(host, port)
     except TimeoutError:
         return "timeout"
     except ConnectionRefusedError:
@@ -53,7 +54,8 @@ async def _tcp_probe(host: str, port: int, timeout: float, runner: Runner | None
         return "refused" if "refused" in str(e).lower() or "open failed" in str(e).lower() else "unreachable"
     writer.close()
     try:
-        await asyncio.wait_for(writer.wait_closed(), 0.5)
+        async with asyncio.timeout(0.5):
+            await writer.wait_closed()
     except (TimeoutError, OSError, Exception):
         pass
     return "open"
@@ -90,7 +92,8 @@ async def _answer(exchange: Awaitable[HttpResult], timeout: float) -> HttpResult
     """An exchange within `timeout`, network trouble turned into status 0 with a reason. A cancellation
     of the caller is not trouble: it propagates."""
     try:
-        return await asyncio.wait_for(exchange, timeout)
+        async with asyncio.timeout(timeout):
+            return await exchange
     except TimeoutError:
         return HttpResult(0, error=f"no answer within {timeout:g}s")
     except (OSError, h11.ProtocolError, ValueError) as e:
@@ -169,7 +172,8 @@ class _Conn:
 
     async def wait_closed(self) -> None:
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(self.writer.wait_closed(), 0.5)
+            async with asyncio.timeout(0.5):
+                await self.writer.wait_closed()
 
 
 IDEMPOTENT = frozenset({"GET", "HEAD"})

@@ -76,8 +76,8 @@ class LocalRunner(Runner):
                 raise CommandError(res) from None
             return res
         try:
-            out, err = await asyncio.wait_for(proc.communicate(input.encode() if input is not None else None),
-                                              timeout)
+            async with asyncio.timeout(timeout):
+                out, err = await proc.communicate(input.encode() if input is not None else None)
         except (TimeoutError, asyncio.CancelledError):
             _kill_group(proc.pid)
             await proc.wait()

@@ -74,3 +74,20 @@ def test_a_barrier_node_loop_ends_when_cancelled_as_it_is_woken(hourly):  # noqa
         assert asyncio.run(main())
     finally:
         sock.close()
+
+
+def test_core_waits_with_asyncio_timeout_not_wait_for():
+    """Every bounded wait in core is `async with asyncio.timeout(...)`, which runs in the caller's own
+    task and so cannot lose a cancellation the way 3.11's wait_for can (the races above). Read from
+    the code, like the layer rules."""
+    import ast
+
+    from tests.conftest import ROOT
+
+    found = []
+    for path in sorted((ROOT / "core").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Attribute) and node.attr == "wait_for" \
+                    and isinstance(node.value, ast.Name) and node.value.id == "asyncio":
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert found == [], "use `async with asyncio.timeout(s):` instead of asyncio.wait_for at " + ", ".join(found)

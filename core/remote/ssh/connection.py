@@ -187,9 +187,10 @@ class SshConnection:
         if t.identity is not None:
             kwargs["client_keys"] = [os.path.expanduser(t.identity)]
         try:
-            # asyncssh's connect_timeout covers TCP + handshake + auth; the outer wait_for is a
+            # asyncssh's connect_timeout covers TCP + handshake + auth; the outer timeout is a
             # backstop for a tunnel channel that never opens.
-            return await asyncio.wait_for(asyncssh.connect(t.host, **kwargs), t.connect_timeout_s + 2)
+            async with asyncio.timeout(t.connect_timeout_s + 2):
+                return await asyncssh.connect(t.host, **kwargs)
         except asyncssh.HostKeyNotVerifiable as exc:
             raise host_key_error(t, opts, seen, kh_paths, kh_data, exc) from None
         except asyncssh.PermissionDenied as exc:

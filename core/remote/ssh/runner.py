@@ -88,7 +88,8 @@ class SshRunner(Runner):
                     if input is not None:
                         proc.stdin.write(input)
                         proc.stdin.write_eof()
-                    out, err = await asyncio.wait_for(proc.communicate(), timeout)
+                    async with asyncio.timeout(timeout):
+                        out, err = await proc.communicate()
                 except TimeoutError:
                     _hang_up(proc)
                     res = Result(argv, 124, "", f"timed out after {timeout:g}s")

@@ -97,7 +97,8 @@ class Watchers:
                 if wait == 0.0:
                     break
                 try:
-                    await asyncio.wait_for(self.changed.wait(), timeout=min(wait or 1.0, 1.0))
+                    async with asyncio.timeout(min(wait or 1.0, 1.0)):
+                        await self.changed.wait()
                 except TimeoutError:
                     pass
                 checkpoint()  # a cancel that raced the wake-up (Python 3.11) still stops the watch
@@ -119,7 +120,8 @@ class Watchers:
             return
         run.emit_stage("router", "http_up")  # as the barrier says when it sees the router's port open
         try:
-            await asyncio.wait_for(self.router.run_checks(), live)
+            async with asyncio.timeout(live):
+                await self.router.run_checks()
         except TimeoutError:
             pass
 
@@ -132,7 +134,8 @@ class Watchers:
             await self.finish_start(live)
         if self.run.state.status in LIVE:
             try:
-                await asyncio.wait_for(asyncio.gather(self.health.check_once(), self.metrics.scrape_once()), live)
+                async with asyncio.timeout(live):
+                    await asyncio.gather(self.health.check_once(), self.metrics.scrape_once())
             except TimeoutError:
                 pass
             self.settle()

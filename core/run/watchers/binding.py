@@ -80,7 +80,8 @@ class BindWatcher:
             return await run.launcher.node_run(node, argv, timeout)
 
         try:
-            procs = await asyncio.wait_for(processes_on_node(node_run, f"{run.id}:{name}"), 15)
+            async with asyncio.timeout(15):
+                procs = await processes_on_node(node_run, f"{run.id}:{name}")
         except Exception as e:
             return f"; could not read its sockets on {node}: {str(e)[:120]}"
         socks = sorted({s for p in procs for s in p.listening})

@@ -135,7 +135,8 @@ class ServingHealth:
             return await run.launcher.node_run(ep.node, argv, timeout)
 
         try:
-            procs = await asyncio.wait_for(processes_on_node(node_run, f"{run.id}:{ep.name}"), 10)
+            async with asyncio.timeout(10):
+                procs = await processes_on_node(node_run, f"{run.id}:{ep.name}")
             w = worst(procs)
             if w is not None:
                 state = f", state {w.state_words} (pid {w.pid} {w.comm})"
