@@ -177,6 +177,8 @@ class RunScreen(Screen):
             return  # (a log view covers it: on_screen_resume draws it again)
         app = self.console
         live = app.live
+        if live is not self.shown:
+            clock = False  # a run not drawn yet is drawn whole (a clock redraw first left its router panel empty)
         if not clock:
             self.query_one(ContextBar).show_run(app.views, self.VIEW, run_context(app), app.readonly)
             self.set_class(live is None, "-empty")
