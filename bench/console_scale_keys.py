@@ -3,10 +3,12 @@
 endpoint every 2 s (129 endpoints), a health/stage event every 0.25 s and log lines; a key press (down in
 the process table) every second. Prints console CPU (share of a core) and key press -> screen latency.
 
-    ATOMDECK_BENCH_SECONDS=20 .venv/bin/python bench/console_scale_keys.py [serving|version]
+    ATOMDECK_BENCH_SECONDS=20 .venv/bin/python bench/console_scale_keys.py [serving|coming-up|version]
     .venv/bin/python bench/console_scale_keys.py filter [nodes]
 
-`version` is the cruder load of the first measurement: only `live.version += 1` every 0.25 s.
+`coming-up` sends no metrics but moves the 4,096 handshake pairs from waiting to transferred, 40 pair events
+every 50 ms (~800 a second, what a 64P64D handshake sends while it comes up), besides the health events and
+log lines. `version` is the cruder load of the first measurement: only `live.version += 1` every 0.25 s.
 `filter` types a filter into the Nodes view of a 2,000-node cluster (read offline) one key at a time and
 deletes it again, three times (bench/console.py filter's keys), and times each keystroke to the first frame
 whose table shows the new matching rows: the frame the compositor hands to the driver (headless, so the
@@ -42,6 +44,12 @@ async def main(mode: str, seconds: float) -> None:
     async with app.run_test(size=(160, 50)) as pilot:
         await app.workers.wait_for_complete()
         run = fake_scale_run()
+        pair_events: list[tuple[str, str]] = []
+        if mode == "coming-up":  # every pair from waiting to transferred, ~800 pair events a second
+            for pr in run.state.pairs.values():
+                pr.stage, pr.since, pr.failed = "waiting", 0.0, ""
+            pair_events = [(key, st) for st in ("both_registered", "ports_reachable", "transferred")
+                           for key in run.state.pairs]
         app.runs.attach(run, watch=False)
         app.switch_mode("run")
         await pilot.pause()
@@ -74,9 +82,17 @@ async def main(mode: str, seconds: float) -> None:
                 if i % 5 == 0:
                     app.live.version += 1
             else:
-                # 129 endpoints every 2 s = ~3 per 50 ms step
-                for j in range(3):
-                    scrape(names[(3 * i + j) % len(names)], i)
+                if mode == "coming-up":
+                    for j in range(40 * i, 40 * (i + 1)):
+                        k = j % len(pair_events)
+                        if k == 0 and j:  # all transferred: again from waiting (not an event: the bench's own)
+                            for pr in run.state.pairs.values():
+                                pr.stage = "waiting"
+                        key, st = pair_events[k]
+                        run.emit(Event("pair", key, st, "handshake"))
+                else:  # 129 endpoints every 2 s = ~3 per 50 ms step
+                    for j in range(3):
+                        scrape(names[(3 * i + j) % len(names)], i)
                 if i % 5 == 0:  # a state change every 0.25 s
                     w = workers[i % len(workers)]
                     run.emit(Event("proc.health", w, "unresponsive" if (i // 5) % 2 else "ok", "GET /health"))

@@ -16,6 +16,7 @@ from rich.color import Color
 from rich.console import Console
 from rich.text import Text
 from textual.renderables.sparkline import Sparkline
+from textual.widget import Widget
 
 from .conftest import make_app
 from .fakescale import fake_scale_run
@@ -76,6 +77,41 @@ async def test_the_handshake_matrix_is_collapsed_again_only_when_a_pair_changed(
         await pilot.pause()
         screen.redraw(clock=True)
         assert collapses[0] == 2
+
+
+async def test_pairs_moving_on_redraw_the_matrix_in_place_without_a_layout_pass(monkeypatch):
+    app = make_app()
+    async with app.run_test(size=(160, 50)) as pilot:
+        run, screen = await _attached(pilot)
+        pairs = screen.query_one("#pairs")
+        for d in range(10):  # ten pairs transferred: the counts line names that stage from now on
+            run.emit(Event("pair", f"prefill-30>decode-{d}", "transferred", "first transfer"))
+        _pulse(screen)
+        await pilot.pause()
+        layouts: list[str] = []
+        real = Widget.refresh
+
+        def refresh(self, *regions, repaint=True, layout=False, recompose=False):
+            if layout:
+                layouts.append(self.id or type(self).__name__)
+            return real(self, *regions, repaint=repaint, layout=layout, recompose=recompose)
+
+        monkeypatch.setattr(Widget, "refresh", refresh)
+        # a whole block of 8x8 pairs reaches transferred (its glyph changes; the counts' digits change):
+        # the panel keeps its size
+        before = text_of(pairs)
+        for p in range(8, 16):
+            for d in range(8, 16):
+                run.emit(Event("pair", f"prefill-{p}>decode-{d}", "transferred", "first transfer"))
+        _pulse(screen)
+        await pilot.pause()
+        after = text_of(pairs)
+        assert after != before and "74 transferred" in after
+        assert "pairs" not in layouts, layouts
+        # a line that wraps into more rows does re-lay it out: a failure with a long reason
+        run.emit(Event("pair", "prefill-9>decode-9", "failed", "decode-9 cannot reach prefill-9 " + "x " * 60))
+        _pulse(screen)
+        assert "pairs" in layouts
 
 
 async def test_a_process_event_does_not_redraw_the_router_panel(monkeypatch):

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from rich.cells import cell_len
 from rich.console import Group
 from rich.style import Style
 from rich.table import Table
 from rich.text import Text
+from textual.content import Content
 from textual.widgets import Static
 
 from ...core.run.diagnose import Diagnosis
@@ -52,8 +54,28 @@ class RunPanel(Static):
 
     def set(self, content, shape: object = None) -> bool:
         """Show `content` if it changed, re-laying the screen out only if its size may have changed
-        (the clock redraws these panels every second: see quiet.py)."""
+        (the clock redraws these panels every second: see quiet.py; for Text, fit_shape)."""
+        width = self.size.width
+        if shape is None and isinstance(content, Text) and width > 0:
+            shape = fit_shape(content, width)
+            last, shown = getattr(self, "_quiet_shape", None), getattr(self, "_quiet_content", None)
+            if isinstance(shown, Text) and not (isinstance(last, tuple) and last[0] == width):
+                # drawn before the panel had this width (or a width at all): the layout since then sized
+                # it for what it shows at this width
+                self._quiet_shape = fit_shape(shown, width)
         return update_quietly(self, content, shape)
+
+
+def fit_shape(text: Text, width: int) -> object:
+    """What decides the size of `text` in a panel as wide as its box and as tall as its text: the rows it
+    wraps into at `width` (a line that fits is one row whatever it says; a longer one is wrapped as Textual
+    wraps it). None before the panel has a width. At 64P64D the handshake matrix, the held-back workers
+    and the diagnosis change with each of ~800 pair events a second while the run comes up: each change
+    re-laid the whole screen out (~50 ms) though the panels kept their size."""
+    if width <= 0:
+        return None
+    rows = sum(1 if cell_len(line) <= width else len(Content(line).wrap(width)) for line in text.plain.split("\n"))
+    return width, rows
 
 
 # The status badge: white on the status's theme colour; stopped in reverse.
