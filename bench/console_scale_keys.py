@@ -1,7 +1,9 @@
 """Console at scale without 129 simulators: the deterministic 128-node run of tests/tui/fakescale.py
 (64P64D TP8 + router), attached headless at 160x50, fed what a serving run sends: a metrics scrape per
 endpoint every 2 s (129 endpoints), a health/stage event every 0.25 s and log lines; a key press (down in
-the process table) every second. Prints console CPU (share of a core) and key press -> screen latency.
+the process table) every second. Prints console CPU (share of a core) and key press -> screen latency: Pilot's
+press + pause (its idle waits of >= 20 ms each included), and from the key to the first frame the compositor hands
+the driver with the next process's last lines (as `filter` does).
 
     ATOMDECK_BENCH_SECONDS=20 .venv/bin/python bench/console_scale_keys.py [serving|coming-up|version]
     .venv/bin/python bench/console_scale_keys.py filter [nodes]
@@ -36,6 +38,7 @@ os.environ.setdefault("ATOMDECK_HOME", tempfile.mkdtemp(prefix="atomdeck-bench-h
 async def main(mode: str, seconds: float) -> None:
     from atomdeck.core.run.events import Event
     from atomdeck.tui.widgets.process_table import ProcessTable
+    from textual._compositor import CompositorUpdate
 
     from tests.tui.conftest import make_app
     from tests.tui.fakescale import fake_scale_run
@@ -73,9 +76,23 @@ async def main(mode: str, seconds: float) -> None:
         t = app.screen.query_one(ProcessTable)
         t.focus()
         step = 0.05
+        screen = app.screen
+        frames: list[tuple[float, float, object]] = []  # (when, CPU time, the last lines' process) per frame out
+        display = app._display
+
+        def timed_display(screen_, renderable) -> None:
+            if renderable is not None and not app._batch_count:
+                if isinstance(renderable, CompositorUpdate):
+                    renderable.render_segments(app.console)  # what a terminal would be sent
+                frames.append((time.perf_counter(), time.process_time(), screen.tail_name))
+            display(screen_, renderable)
+
+        app._display = timed_display
         c0, w0 = time.process_time(), time.monotonic()
-        lat: list[float] = []
+        lat: list[float] = []  # pilot's press + pause (its idle waits included)
         key_cpu: list[float] = []
+        shown_s: list[float] = []  # key -> the first frame showing the next process's last lines
+        shown_cpu: list[float] = []
         i = 0
         while time.monotonic() - w0 < seconds:
             if mode == "version":
@@ -101,11 +118,21 @@ async def main(mode: str, seconds: float) -> None:
                         f(w, f"[atom] step {i} decode batch 32 tok/s 51.2")
             await asyncio.sleep(step)
             if i % 20 == 10:
+                was = screen.tail_name
+                frames.clear()
+                f0 = time.perf_counter()
                 k0, kc0 = time.monotonic(), time.process_time()
                 await pilot.press("down" if (i // 20) % 2 == 0 else "up")
                 await pilot.pause()
                 lat.append(time.monotonic() - k0)
                 key_cpu.append(time.process_time() - kc0)
+                for _ in range(200):
+                    hit = [(w, c) for w, c, name in frames if name != was]
+                    if hit:
+                        shown_s.append(hit[0][0] - f0)
+                        shown_cpu.append(hit[0][1] - kc0)
+                        break
+                    await pilot.pause(0.01)
             i += 1
         cpu_s = time.process_time() - c0
         cpu = cpu_s / (time.monotonic() - w0)
@@ -113,7 +140,14 @@ async def main(mode: str, seconds: float) -> None:
         key_cpu.sort()
         p95 = lat[min(len(lat) - 1, int(len(lat) * 0.95))]
         print(f"{mode}: console cpu {cpu * 100:.0f}% of a core; key press -> screen p50 {lat[len(lat) // 2] * 1000:.0f} ms"
-              f" p95 {p95 * 1000:.0f} ms max {lat[-1] * 1000:.0f} ms ({len(lat)} presses)")
+              f" p95 {p95 * 1000:.0f} ms max {lat[-1] * 1000:.0f} ms ({len(lat)} presses; pilot's press + pause)")
+        if shown_s:
+            shown_s.sort()
+            shown_cpu.sort()
+            print(f"{mode}: key press -> first frame with the next process's last lines: p50 "
+                  f"{shown_s[len(shown_s) // 2] * 1000:.0f} ms p95 {shown_s[min(len(shown_s) - 1, int(len(shown_s) * 0.95))] * 1000:.0f} ms"
+                  f" max {shown_s[-1] * 1000:.0f} ms; console CPU to it p50 {shown_cpu[len(shown_cpu) // 2] * 1000:.0f} ms"
+                  f" max {shown_cpu[-1] * 1000:.0f} ms ({len(shown_s)} of {len(lat)} presses)")
         # on a shared machine the console waits for a core: CPU time is what the console itself costs
         print(f"{mode}: console CPU per 50 ms step of load {cpu_s / i * 1000:.1f} ms ({i} steps); CPU per key press"
               f" p50 {key_cpu[len(key_cpu) // 2] * 1000:.0f} ms max {key_cpu[-1] * 1000:.0f} ms")
