@@ -1,12 +1,16 @@
 """Console at scale without 129 simulators: the deterministic 128-node run of tests/tui/fakescale.py
 (64P64D TP8 + router), attached headless at 160x50, fed what a serving run sends: a metrics scrape per
 endpoint every 2 s (129 endpoints), a health/stage event every 0.25 s and log lines; a key press (down in
-the process table) every second. Prints console CPU (share of a core) and key press -> screen latency.
+the process table) every second. Prints console CPU (share of a core) and key press -> screen latency: Pilot's
+press + pause (its idle waits of >= 20 ms each included), and from the key to the first frame the compositor hands
+the driver with the next process's last lines (as `filter` does).
 
-    ATOMDECK_BENCH_SECONDS=20 .venv/bin/python bench/console_scale_keys.py [serving|version]
+    ATOMDECK_BENCH_SECONDS=20 .venv/bin/python bench/console_scale_keys.py [serving|coming-up|version]
     .venv/bin/python bench/console_scale_keys.py filter [nodes]
 
-`version` is the cruder load of the first measurement: only `live.version += 1` every 0.25 s.
+`coming-up` sends no metrics but moves the 4,096 handshake pairs from waiting to transferred, 40 pair events
+every 50 ms (~800 a second, what a 64P64D handshake sends while it comes up), besides the health events and
+log lines. `version` is the cruder load of the first measurement: only `live.version += 1` every 0.25 s.
 `filter` types a filter into the Nodes view of a 2,000-node cluster (read offline) one key at a time and
 deletes it again, three times (bench/console.py filter's keys), and times each keystroke to the first frame
 whose table shows the new matching rows: the frame the compositor hands to the driver (headless, so the
@@ -34,6 +38,7 @@ os.environ.setdefault("ATOMDECK_HOME", tempfile.mkdtemp(prefix="atomdeck-bench-h
 async def main(mode: str, seconds: float) -> None:
     from atomdeck.core.run.events import Event
     from atomdeck.tui.widgets.process_table import ProcessTable
+    from textual._compositor import CompositorUpdate
 
     from tests.tui.conftest import make_app
     from tests.tui.fakescale import fake_scale_run
@@ -42,6 +47,12 @@ async def main(mode: str, seconds: float) -> None:
     async with app.run_test(size=(160, 50)) as pilot:
         await app.workers.wait_for_complete()
         run = fake_scale_run()
+        pair_events: list[tuple[str, str]] = []
+        if mode == "coming-up":  # every pair from waiting to transferred, ~800 pair events a second
+            for pr in run.state.pairs.values():
+                pr.stage, pr.since, pr.failed = "waiting", 0.0, ""
+            pair_events = [(key, st) for st in ("both_registered", "ports_reachable", "transferred")
+                           for key in run.state.pairs]
         app.runs.attach(run, watch=False)
         app.switch_mode("run")
         await pilot.pause()
@@ -65,18 +76,40 @@ async def main(mode: str, seconds: float) -> None:
         t = app.screen.query_one(ProcessTable)
         t.focus()
         step = 0.05
+        screen = app.screen
+        frames: list[tuple[float, float, object]] = []  # (when, CPU time, the last lines' process) per frame out
+        display = app._display
+
+        def timed_display(screen_, renderable) -> None:
+            if renderable is not None and not app._batch_count:
+                if isinstance(renderable, CompositorUpdate):
+                    renderable.render_segments(app.console)  # what a terminal would be sent
+                frames.append((time.perf_counter(), time.process_time(), screen.tail_name))
+            display(screen_, renderable)
+
+        app._display = timed_display
         c0, w0 = time.process_time(), time.monotonic()
-        lat: list[float] = []
+        lat: list[float] = []  # pilot's press + pause (its idle waits included)
         key_cpu: list[float] = []
+        shown_s: list[float] = []  # key -> the first frame showing the next process's last lines
+        shown_cpu: list[float] = []
         i = 0
         while time.monotonic() - w0 < seconds:
             if mode == "version":
                 if i % 5 == 0:
                     app.live.version += 1
             else:
-                # 129 endpoints every 2 s = ~3 per 50 ms step
-                for j in range(3):
-                    scrape(names[(3 * i + j) % len(names)], i)
+                if mode == "coming-up":
+                    for j in range(40 * i, 40 * (i + 1)):
+                        k = j % len(pair_events)
+                        if k == 0 and j:  # all transferred: again from waiting (not an event: the bench's own)
+                            for pr in run.state.pairs.values():
+                                pr.stage = "waiting"
+                        key, st = pair_events[k]
+                        run.emit(Event("pair", key, st, "handshake"))
+                else:  # 129 endpoints every 2 s = ~3 per 50 ms step
+                    for j in range(3):
+                        scrape(names[(3 * i + j) % len(names)], i)
                 if i % 5 == 0:  # a state change every 0.25 s
                     w = workers[i % len(workers)]
                     run.emit(Event("proc.health", w, "unresponsive" if (i // 5) % 2 else "ok", "GET /health"))
@@ -85,11 +118,21 @@ async def main(mode: str, seconds: float) -> None:
                         f(w, f"[atom] step {i} decode batch 32 tok/s 51.2")
             await asyncio.sleep(step)
             if i % 20 == 10:
+                was = screen.tail_name
+                frames.clear()
+                f0 = time.perf_counter()
                 k0, kc0 = time.monotonic(), time.process_time()
                 await pilot.press("down" if (i // 20) % 2 == 0 else "up")
                 await pilot.pause()
                 lat.append(time.monotonic() - k0)
                 key_cpu.append(time.process_time() - kc0)
+                for _ in range(200):
+                    hit = [(w, c) for w, c, name in frames if name != was]
+                    if hit:
+                        shown_s.append(hit[0][0] - f0)
+                        shown_cpu.append(hit[0][1] - kc0)
+                        break
+                    await pilot.pause(0.01)
             i += 1
         cpu_s = time.process_time() - c0
         cpu = cpu_s / (time.monotonic() - w0)
@@ -97,7 +140,14 @@ async def main(mode: str, seconds: float) -> None:
         key_cpu.sort()
         p95 = lat[min(len(lat) - 1, int(len(lat) * 0.95))]
         print(f"{mode}: console cpu {cpu * 100:.0f}% of a core; key press -> screen p50 {lat[len(lat) // 2] * 1000:.0f} ms"
-              f" p95 {p95 * 1000:.0f} ms max {lat[-1] * 1000:.0f} ms ({len(lat)} presses)")
+              f" p95 {p95 * 1000:.0f} ms max {lat[-1] * 1000:.0f} ms ({len(lat)} presses; pilot's press + pause)")
+        if shown_s:
+            shown_s.sort()
+            shown_cpu.sort()
+            print(f"{mode}: key press -> first frame with the next process's last lines: p50 "
+                  f"{shown_s[len(shown_s) // 2] * 1000:.0f} ms p95 {shown_s[min(len(shown_s) - 1, int(len(shown_s) * 0.95))] * 1000:.0f} ms"
+                  f" max {shown_s[-1] * 1000:.0f} ms; console CPU to it p50 {shown_cpu[len(shown_cpu) // 2] * 1000:.0f} ms"
+                  f" max {shown_cpu[-1] * 1000:.0f} ms ({len(shown_s)} of {len(lat)} presses)")
         # on a shared machine the console waits for a core: CPU time is what the console itself costs
         print(f"{mode}: console CPU per 50 ms step of load {cpu_s / i * 1000:.1f} ms ({i} steps); CPU per key press"
               f" p50 {key_cpu[len(key_cpu) // 2] * 1000:.0f} ms max {key_cpu[-1] * 1000:.0f} ms")

@@ -26,6 +26,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from common import (
@@ -91,6 +92,28 @@ def _summary(lat: list[float], missed: int) -> dict:
             "max_s": round(max(lat), 4), "all_ms": sorted(round(x * 1000) for x in lat)}
 
 
+def key_presses(term: Term, names: list[str], gap: float, rss: list[tuple[float, float]], procs: ConsoleProcs, *,
+                presses: int | None = None, until: Callable[[], bool] | None = None) -> dict:
+    """Press keys that move the process table's cursor, each timed to the screen showing the process it
+    brings (`press_shows`), `gap` seconds apart, sampling the RSS after each: `presses` times, or until
+    `until()` says stop (asked before each press). Returns their summary (_summary)."""
+    lat: list[float] = []
+    missed = 0
+    done = 0
+    while (presses is None or done < presses) and not (until is not None and until()):
+        step = _step(term, names)
+        if step:
+            shown = press_shows(term, *step)
+            if shown is None:
+                missed += 1
+            else:
+                lat.append(shown)
+        rss.append(procs.rss_mb())
+        done += 1
+        time.sleep(gap)
+    return _summary(lat, missed)
+
+
 def scale(n: int = 128, speed: str = "20", serving_presses: int = 30, idle_s: float = 20.0, gap: float = 0.25) -> dict:
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
@@ -126,30 +149,23 @@ def _measure(term: Term, n: int, out: dict, rss: list[tuple[float, float]], serv
     term.wait_for("PROCESS", timeout=120, every=0.05)  # the run view with its process table
     run_id = Run.list()[-1]["id"]
     names = list(Run.open(run_id).state.procs)
-    up: list[float] = []
-    missed_up = 0
     t_serving = None
-    while time.monotonic() - t_launch < 600:
+
+    def serving() -> bool:
+        nonlocal t_serving
         screen = term.screen()
-        if "SERVING" in screen:
-            t_serving = time.monotonic()
-            break
         if "FAILED" in screen:
             raise RuntimeError(f"the run failed:\n{screen}")
+        if "SERVING" in screen:
+            t_serving = time.monotonic()
+            return True
         procs.find_watcher()
-        rss.append(procs.rss_mb())
-        step = _step(term, names)
-        if step:
-            lat = press_shows(term, *step)
-            if lat is None:
-                missed_up += 1
-            else:
-                up.append(lat)
-        time.sleep(gap)
+        return time.monotonic() - t_launch >= 600
+
+    out["key_coming_up"] = key_presses(term, names, gap, rss, procs, until=serving)
     if t_serving is None:
         raise RuntimeError(f"not serving after 600 s:\n{term.screen()}")
     out["launch_to_serving_s"] = round(t_serving - t_launch, 2)
-    out["key_coming_up"] = _summary(up, missed_up)
     print(json.dumps(out), file=sys.stderr, flush=True)
     procs.find_watcher()
     run = Run.open(run_id)
@@ -168,19 +184,7 @@ def _measure(term: Term, n: int, out: dict, rss: list[tuple[float, float]], serv
     out["idle_serving_s"] = round(el, 1)
     out["console_cpu_pct"] = round(console_cpu, 1)
     out["watcher_cpu_pct"] = round(watcher_cpu, 1)
-    serving: list[float] = []
-    missed = 0
-    for _ in range(serving_presses):
-        step = _step(term, names)
-        if step:
-            lat = press_shows(term, *step)
-            if lat is None:
-                missed += 1
-            else:
-                serving.append(lat)
-        rss.append(procs.rss_mb())
-        time.sleep(gap)
-    out["key_serving"] = _summary(serving, missed)
+    out["key_serving"] = key_presses(term, names, gap, rss, procs, presses=serving_presses)
     print(json.dumps(out), file=sys.stderr, flush=True)
     out["console_rss_max_mb"] = round(max(r[0] for r in rss), 1)
     out["watcher_rss_max_mb"] = round(max(r[1] for r in rss), 1)

@@ -177,6 +177,8 @@ class RunScreen(Screen):
             return  # (a log view covers it: on_screen_resume draws it again)
         app = self.console
         live = app.live
+        if live is not self.shown:
+            clock = False  # a run not drawn yet is drawn whole (a clock redraw first left its router panel empty)
         if not clock:
             self.query_one(ContextBar).show_run(app.views, self.VIEW, run_context(app), app.readonly)
             self.set_class(live is None, "-empty")
@@ -190,6 +192,7 @@ class RunScreen(Screen):
         if live is not self.shown:
             self.shown, self.culprit, self.tail_name = live, None, None
             self.query_one(ServingPanel).reset()
+            self.query_one(HandshakePanel).matrix_key = None
             table = self.query_one(ProcessTable)
             table.touched = False
             if self.focused is None or not self.focused.display:
@@ -224,7 +227,8 @@ class RunScreen(Screen):
                                              model=run.recipe.model.client_name)
         if clock or dirty & {"pairs", "procs", "run"}:
             self._counted("pairs")
-            self.query_one(HandshakePanel).show(state, now)
+            # (pairs change only by pair events: their count names the matrix's input)
+            self.query_one(HandshakePanel).show(state, now, version=(id(state), live.changes.get("pairs", 0)))
             set_if_changed(self.query_one("#pairs-box"), "border_subtitle",
                            PAIR_LEGEND if len(state.pairs) >= MATRIX_FROM else "")
         if "metrics" in dirty or live.metrics_version != self.metrics_drawn or (not clock and dirty & {"procs", "run"}):

@@ -82,6 +82,10 @@ class BarrierGrid(VirtualTable):
         self.not_open: list[str] = []  # nodes with a cell not open, blocking ones first
         self._cell_cache: dict[tuple[str, int], tuple[tuple, Text]] = {}  # (node, first port) -> (shown, text)
         self._names: dict[str, Text] = {}
+        self._grouped_for: object = None  # the state's cells dict the grouping below was made from
+        self._grouped_n = 0
+        self._grouping: tuple[list[tuple[str, str]], list[str], dict[str, list[list[CellState]]]] = ([], [], {})
+        self.groupings = 0  # how many times the cells were grouped (tests: once per run's state)
 
     def on_key(self) -> None:
         self.touched = True
@@ -111,18 +115,31 @@ class BarrierGrid(VirtualTable):
     def current(self) -> str | None:
         return self.cursor_key
 
+    def _grouped(self, state: RunState) -> tuple[list[tuple[str, str]], list[str], dict[str, list[list[CellState]]]]:
+        """(columns, nodes, each node's cells per column): which cell goes where depends only on the cells'
+        nodes, kinds and ports, fixed when the run's state is made (core changes a cell's state in place,
+        never the set of cells), so it is worked out once per state, not at every redraw (128 nodes)."""
+        cells = state.cells
+        if self._grouped_for is not cells or len(cells) != self._grouped_n:
+            columns, groups = group_cells(list(cells.values()))
+            nodes = list(dict.fromkeys(c.node for c in cells.values()))
+            by_node = {n: [groups.get((n, key), []) for key, _ in columns] for n in nodes}
+            self._grouping = (columns, nodes, by_node)
+            self._grouped_for, self._grouped_n = cells, len(cells)
+            self.groupings += 1
+        return self._grouping
+
     def show(self, state: RunState, blocking: list[CellState], now: float) -> None:
-        cells = list(state.cells.values())
-        columns, groups = group_cells(cells)
-        nodes = list(dict.fromkeys(c.node for c in cells))
+        columns, nodes, by_node = self._grouped(state)
         self.blocking = {c.key for c in blocking}
         self.quiet = state.status in ("stopping", "stopped")  # closed ports are the point of a teardown
         self.timed_out = state.status == "failed"  # a cell still not open when the run gave up: timed out
         start = state.started or now
-        rows = {n: [self._cell(groups.get((n, key), []), now, start) for key, _ in columns] for n in nodes}
+        cell = self._cell
+        rows = {n: [cell(members, now, start) for members in by_node[n]] for n in nodes}
         keys = [k for k, _ in columns]
         blocked = {c.node for c in blocking}
-        waiting = [n for n in nodes if any(c.state != "open" for key, _ in columns for c in groups.get((n, key), []))]
+        waiting = [n for n in nodes if any(c.state != "open" for members in by_node[n] for c in members)]
         self.not_open = [n for n in waiting if n in blocked] + [n for n in waiting if n not in blocked]
         if keys != self.column_keys:
             self.set_columns([("node", "NODE"), *((key, label.upper()) for key, label in columns)])

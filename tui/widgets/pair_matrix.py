@@ -12,7 +12,7 @@ from collections.abc import Callable
 from rich.style import Style
 from rich.text import Text
 
-from ...core.run.events import RunState
+from ...core.run.events import PairState, RunState
 from ..logtext import clean
 
 # A pair's glyph and its colour, by name (the panel's `color`: ok, error, info, muted).
@@ -66,6 +66,10 @@ def _counts(state: RunState) -> str:
     counts: dict[str, int] = {}
     for pr in state.pairs.values():
         counts[pr.stage] = counts.get(pr.stage, 0) + 1
+    return _count_words(counts)
+
+
+def _count_words(counts: dict[str, int]) -> str:
     return " · ".join(f"{n} {st.replace('_', ' ')}" for st, n in sorted(counts.items()))
 
 
@@ -83,10 +87,9 @@ def _failed(out: Text, state: RunState, color: Callable[[str], Style], max_faile
     return len(failed)
 
 
-def _failed_grouped(out: Text, state: RunState, color: Callable[[str], Style], max_groups: int) -> int:
+def _failed_grouped(out: Text, failed: list[PairState], color: Callable[[str], Style], max_groups: int) -> int:
     """The failing pairs grouped by the worker they share (decode or prefill, whichever makes fewer
     groups), most failures first, one line each with the first failure's reason; returns how many."""
-    failed = [pr for pr in state.pairs.values() if pr.stage == "failed"]
     if not failed:
         return 0
     by_d: dict[str, list] = {}
@@ -109,60 +112,83 @@ def _failed_grouped(out: Text, state: RunState, color: Callable[[str], Style], m
     return len(failed)
 
 
-def lagging_workers(state: RunState) -> list[str]:
-    """Workers all of whose (not failed) pairs are behind the furthest stage any pair reached: the ones
-    holding the handshake back (a worker still loading, a node whose ports nobody reaches)."""
-    pairs = [pr for pr in state.pairs.values() if pr.stage != "failed"]
-    if not pairs:
-        return []
-    best = max(RANK.get(pr.stage, 0) for pr in pairs)
-    behind: dict[str, list[bool]] = {}
-    for pr in pairs:
-        late = RANK.get(pr.stage, 0) < best
-        behind.setdefault(pr.prefill, []).append(late)
-        behind.setdefault(pr.decode, []).append(late)
-    return [w for w, flags in behind.items() if all(flags)]
+def _block_size(prefills: list[str], decodes: list[str], width: int) -> tuple[int, int]:
+    """Blocks of b x b pairs, b a power of two: the smallest that fits (4 columns a block: glyph, 3
+    spaces); and the width of the row labels."""
+    b = 1
+    while True:
+        rows = -(-len(prefills) // b)
+        cols = -(-len(decodes) // b)
+        label_w = max(len(_label(i, min(i + b, len(prefills)), prefills)) for i in range(0, len(prefills), b)) + 1
+        if (rows <= BLOCK_ROWS and label_w + 4 * cols <= max(width, 24)) or b >= max(len(prefills), len(decodes)):
+            return b, label_w
+        b *= 2
+
+
+def _label(i: int, j: int, names: list[str]) -> str:
+    return _short(names[i]) + (f"-{j - 1}" if j - 1 > i else "")
+
+
+STAGE_OF = {rank: stage for stage, rank in RANK.items()}
 
 
 def _collapsed(state: RunState, prefills: list[str], decodes: list[str], color: Callable[[str], Style], width: int,
                max_failed: int, max_rows: int) -> Text:
+    # One pass over the pairs (4,096 at 64P64D) for everything the panel says: the counts, the failing
+    # pairs, the workers holding the handshake back and each block's least advanced pair.
+    b, label_w = _block_size(prefills, decodes, width)
+    row_of = {p: i // b for i, p in enumerate(prefills)}
+    col_of = {d: j // b for j, d in enumerate(decodes)}
+    worst: dict[tuple[int, int], int] = {}  # block -> the lowest rank in it
+    members: dict[tuple[int, int], int] = {}  # block -> how many pairs it has (a missing pair is waiting)
+    counts: dict[str, int] = {}
+    failed: list[PairState] = []
+    best = -1  # the furthest rank a (not failed) pair reached
+    reach: dict[str, int] = {}  # worker -> the furthest rank of its (not failed) pairs
+    rank_of = RANK.get
+    for pr in state.pairs.values():
+        stage = pr.stage
+        counts[stage] = counts.get(stage, 0) + 1
+        r = rank_of(stage, 0)
+        block = (row_of[pr.prefill], col_of[pr.decode])
+        w = worst.get(block)
+        if w is None or r < w:
+            worst[block] = r
+        members[block] = members.get(block, 0) + 1
+        if stage == "failed":
+            failed.append(pr)
+            continue
+        if r > best:
+            best = r
+        for worker in (pr.prefill, pr.decode):
+            if reach.get(worker, -2) < r:
+                reach[worker] = r
     out = Text()
-    n_failed = _failed_grouped(out, state, color, max_failed)
-    lag = lagging_workers(state)
+    n_failed = _failed_grouped(out, failed, color, max_failed)
+    lag = [w for w, r in reach.items() if r < best]  # every pair of it is behind the furthest one
     if lag:
         out.append("\n" if n_failed else "")
         shown = ", ".join(lag[:12]) + (f" and {len(lag) - 12} more" if len(lag) > 12 else "")
         out.append("held back by ", style="bold")
         out.append(f"{shown}: every pair of {'it' if len(lag) == 1 else 'each'} is behind the others", style="dim")
-    # blocks of b x b pairs, b a power of two: the smallest that fits (4 columns a block: glyph, 3 spaces)
-    label = lambda i, j, names: _short(names[i]) + (f"-{j - 1}" if j - 1 > i else "")  # noqa: E731
-    b = 1
-    while True:
-        rows = -(-len(prefills) // b)
-        cols = -(-len(decodes) // b)
-        label_w = max(len(label(i, min(i + b, len(prefills)), prefills)) for i in range(0, len(prefills), b)) + 1
-        if (rows <= BLOCK_ROWS and label_w + 4 * cols <= max(width, 24)) or b >= max(len(prefills), len(decodes)):
-            break
-        b *= 2
     out.append("\n" if out.plain else "")
     out.append(f"{len(prefills)}P × {len(decodes)}D" + (f", in blocks of {b}×{b} pairs (the least advanced "
                "of each)" if b > 1 else ""), style="dim")
     out.append("\n" + " " * label_w)
     out.append("".join(f"{_short(decodes[j]):<4}" for j in range(0, len(decodes), b)).rstrip(), style="dim")
+    glyphs = {r: GLYPH.get(stage, ("?", "")) for r, stage in STAGE_OF.items()}
     for i in range(0, len(prefills), b):
         out.append("\n")
-        out.append(f"{label(i, min(i + b, len(prefills)), prefills):<{label_w}}", style="bold")
+        out.append(f"{_label(i, min(i + b, len(prefills)), prefills):<{label_w}}", style="bold")
+        size_p = min(i + b, len(prefills)) - i
         for j in range(0, len(decodes), b):
-            worst = None
-            for p in prefills[i:i + b]:
-                for d in decodes[j:j + b]:
-                    pr = state.pairs.get(f"{p}>{d}")
-                    stage = pr.stage if pr else "waiting"
-                    if worst is None or RANK.get(stage, 0) < RANK.get(worst, 0):
-                        worst = stage
-            glyph, var = GLYPH.get(worst or "waiting", ("?", ""))
+            block = (i // b, j // b)
+            r = worst.get(block, 0)
+            if r > 0 and members.get(block, 0) < size_p * (min(j + b, len(decodes)) - j):
+                r = 0  # a pair the state does not have counts as waiting
+            glyph, var = glyphs.get(r, ("?", ""))
             out.append(glyph, style=color(var) if var else "")
             if j + b < len(decodes):
                 out.append("   ")
-    out.append("\n" + _counts(state), style="dim")
+    out.append("\n" + _count_words(counts), style="dim")
     return out

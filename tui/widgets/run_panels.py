@@ -6,10 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from rich.cells import cell_len
 from rich.console import Group
 from rich.style import Style
 from rich.table import Table
 from rich.text import Text
+from textual.content import Content
 from textual.widgets import Static
 
 from ...core.run.diagnose import Diagnosis
@@ -52,8 +54,28 @@ class RunPanel(Static):
 
     def set(self, content, shape: object = None) -> bool:
         """Show `content` if it changed, re-laying the screen out only if its size may have changed
-        (the clock redraws these panels every second: see quiet.py)."""
+        (the clock redraws these panels every second: see quiet.py; for Text, fit_shape)."""
+        width = self.size.width
+        if shape is None and isinstance(content, Text) and width > 0:
+            shape = fit_shape(content, width)
+            last, shown = getattr(self, "_quiet_shape", None), getattr(self, "_quiet_content", None)
+            if isinstance(shown, Text) and not (isinstance(last, tuple) and last[0] == width):
+                # drawn before the panel had this width (or a width at all): the layout since then sized
+                # it for what it shows at this width
+                self._quiet_shape = fit_shape(shown, width)
         return update_quietly(self, content, shape)
+
+
+def fit_shape(text: Text, width: int) -> object:
+    """What decides the size of `text` in a panel as wide as its box and as tall as its text: the rows it
+    wraps into at `width` (a line that fits is one row whatever it says; a longer one is wrapped as Textual
+    wraps it). None before the panel has a width. At 64P64D the handshake matrix, the held-back workers
+    and the diagnosis change with each of ~800 pair events a second while the run comes up: each change
+    re-laid the whole screen out (~50 ms) though the panels kept their size."""
+    if width <= 0:
+        return None
+    rows = sum(1 if cell_len(line) <= width else len(Content(line).wrap(width)) for line in text.plain.split("\n"))
+    return width, rows
 
 
 # The status badge: white on the status's theme colour; stopped in reverse.
@@ -115,10 +137,29 @@ def _mark(ok: bool | None, panel: RunPanel, waiting_word: str = "waiting") -> Te
 class RouterPanel(RunPanel):
     """AToMesh: its stages from its log, then the checks core runs through it."""
 
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.shown_key: object = None  # what the panel on screen was drawn from
+        self.drawn = 0  # how many times it was drawn (tests: only when what it shows changed)
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self.shown_key = None
+
     def show(self, state: RunState, now: float, *, node: str, url: str, model: str) -> None:
+        """Drawn only when what it shows changed: its content is a Group (tables), which the panel cannot
+        compare, and each update re-lays the screen out (at 128 nodes a process's health event, several
+        a second, re-laid the run view out through this panel)."""
+        r = state.procs.get("router")
+        key = (node, url, model, state.started or now, state.status == "failed",
+               None if r is None else (r.stage, tuple(r.stages.items()), r.exit_detail),
+               tuple((c.ok, c.detail) if (c := state.checks.get(name)) is not None else None for name, _ in CHECKS))
+        if key == self.shown_key:
+            return
+        self.shown_key = key
+        self.drawn += 1
         ok_color, err = self.color("ok"), self.color("error")
         head = Text()
-        r = state.procs.get("router")
         head.append("router", style=BOLD + self.color("router"))
         head.append(f" on {node} · {url}\nmodel ")
         head.append(model, style="bold")
@@ -168,17 +209,38 @@ class RouterPanel(RunPanel):
 class HandshakePanel(RunPanel):
     """The Mooncake KV handshake per prefill->decode pair, and each worker's kv_role."""
 
-    def show(self, state: RunState, now: float) -> None:
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.matrix_key: object = None  # what the matrix on screen was built from
+        self.matrices = 0  # how many times the matrix was built (tests: only when its input changed)
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self.matrix_key = None  # (a theme: the colours are in the text)
+
+    def show(self, state: RunState, now: float, version: object = None) -> None:
+        """`version` names the pairs' content (the caller's count of pair events, with the state's
+        identity): the matrix is a pure function of the pairs and the width, so it is built again only
+        when either changed (at 64P64D collapsing 4,096 pairs every second was the run view's biggest
+        cost). None: always built."""
         out = Text()
         if not state.pairs:
+            self.matrix_key = None
             out.append("aggregate workers: no KV transfer between workers", style="dim")
             self.set(out)
             return
         ok_style = self.color("ok")
         if len(state.pairs) >= MATRIX_FROM:
-            out.append_text(pair_matrix(state, self.color, max(20, self.size.width or 56)))
+            width = max(20, self.size.width or 56)
+            key = (version, len(state.pairs), width)
+            if version is not None and key == self.matrix_key:
+                return
+            self.matrices += 1
+            out.append_text(pair_matrix(state, self.color, width))
             self.set(out)
+            self.matrix_key = key
             return
+        self.matrix_key = None
         for i, pr in enumerate(state.pairs.values()):
             if i:
                 out.append("\n")

@@ -7,9 +7,11 @@ under them. Hidden while no metrics came (a run still starting, an older ATOM an
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 
+from rich.color import Color, ColorTriplet
 from rich.style import Style
-from rich.text import Text
+from rich.text import Span, Text
 from textual.containers import Vertical
 from textual.geometry import Region, Size
 from textual.strip import Strip
@@ -20,6 +22,55 @@ from ...core.run.events import HEALTH_STAGES, RunState
 from .quiet import update_quietly
 
 HISTORY = 40  # points per sparkline (a scrape every 2 s: the last 80 s)
+BARS = "▁▂▃▄▅▆▇█"
+_STYLES: dict[tuple[int, int, int], Style] = {}  # a sparkline bar's colour -> its style
+
+
+def spark_text(data: Sequence[float], width: int, lo: Color, hi: Color) -> Text:
+    """A one-line sparkline as Text: what Textual's Sparkline renderable draws at height 1 with max as its
+    summary (the same bars and colours, tests/tui/test_run_scale_redraw.py compares them), without its
+    Fraction arithmetic and a console render per row (a row's line is rebuilt at each scrape: 129 rows
+    every 2 s at 128 nodes)."""
+    out = Text()
+    n = len(data)
+    if n == 0:
+        out.append("▁" * width, Style.from_color(lo))
+        return out
+    if n == 1:
+        out.append("█" * width, Style.from_color(hi))
+        return out
+    points = list(data)
+    minimum, maximum = min(points), max(points)
+    extent = maximum - minimum or 1
+    # the renderable's buckets: [int(n / width * b), int(n / width * (b + 1))) with exact fractions
+    buckets = [bucket for b in range(width) if (bucket := points[n * b // width:n * (b + 1) // width])]
+    step = len(buckets) / width
+    tops = len(BARS) - 1
+    lo_rgb, hi_rgb = lo.triplet, hi.triplet
+    plain: list[str] = []
+    spans: list[Span] = []
+    index = 0.0
+    for x in range(width):
+        ratio = (max(buckets[int(index)]) - minimum) / extent
+        bar = int(ratio * tops)
+        index += step
+        if bar < 0:
+            plain.append(" ")
+            continue
+        plain.append("█" if bar >= len(BARS) else BARS[bar])
+        if lo_rgb is None or hi_rgb is None:
+            style = Style.from_color(hi)
+        else:  # (Color.from_rgb's int() of the blend: the same colour, its style made once)
+            rgb = (int(lo_rgb[0] + (hi_rgb[0] - lo_rgb[0]) * ratio), int(lo_rgb[1] + (hi_rgb[1] - lo_rgb[1]) * ratio),
+                   int(lo_rgb[2] + (hi_rgb[2] - lo_rgb[2]) * ratio))
+            style = _STYLES.get(rgb)
+            if style is None:
+                if len(_STYLES) > 4096:
+                    _STYLES.clear()
+                style = _STYLES[rgb] = Style.from_color(Color.from_triplet(ColorTriplet(*rgb)))
+        spans.append(Span(x, x + 1, style))
+    out = Text("".join(plain), spans=spans)
+    return out
 
 
 def rate_key(role: str, m: dict) -> tuple[str, str]:
@@ -85,8 +136,9 @@ class ServingRows(Widget):
             width = self.size.width
             if y >= len(self.texts):
                 return Strip.blank(width, self.rich_style)
+            style = self.rich_style  # (walks the DOM: once a line)
             strip = Strip(self.texts[y].render(self.app.console), self.texts[y].cell_len)
-            strip = strip.adjust_cell_length(width, self.rich_style).apply_style(self.rich_style)
+            strip = strip.adjust_cell_length(width, style).apply_style(style)
             self._strips[y] = strip
         return strip
 
@@ -144,22 +196,16 @@ class ServingPanel(Vertical):
         if self._state is not None:
             self.show(self._state)
 
-    def _spark(self, data: list[float], spark_w: int | None = None) -> Text:
-        from textual.renderables.sparkline import Sparkline as SparklineRenderable
-
-        spark_w = spark_w or self.SPARK_W
-
+    def _spark_colors(self) -> tuple[Color, Color]:
         _, base = self.background_colors
         lo = base + self.get_component_styles("serving-panel--spark-min").color
         hi = base + self.get_component_styles("serving-panel--spark-max").color
-        r = SparklineRenderable(data, width=spark_w, height=1, min_color=lo.rich_color, max_color=hi.rich_color,
-                                summary_function=max)
-        console = self.app.console
-        out = Text()
-        for seg in console.render(r, console.options.update(width=spark_w, height=1)):
-            if seg.text != "\n":
-                out.append(seg.text, seg.style)
-        return out
+        return lo.rich_color, hi.rich_color
+
+    def _spark(self, data: list[float], spark_w: int | None = None,
+               colors: tuple[Color, Color] | None = None) -> Text:
+        lo, hi = colors or self._spark_colors()
+        return spark_text(data, spark_w or self.SPARK_W, lo, hi)
 
     def show(self, state: RunState) -> None:
         self._state = state
@@ -173,6 +219,7 @@ class ServingPanel(Vertical):
         known = set(self.rows)
         self.rows.extend(n for n in order if n not in known)
         err = self.get_component_rich_style("serving-panel--error", partial=True)
+        colors: tuple[Color, Color] | None = None  # the sparklines' (once per redraw: reading them walks the DOM)
         changed = False
         width = self.size.width  # lines are cut here with an ellipsis (0 before the first layout: uncut)
         rows = []
@@ -199,7 +246,8 @@ class ServingPanel(Vertical):
             changed = True
             line = Text(no_wrap=True, overflow="ellipsis")
             line.append(name[: self.NAME_W].ljust(self.NAME_W), Style(bold=True) + err if sick else "bold")
-            line.append_text(self._spark(data, spark_w))
+            colors = colors or self._spark_colors()
+            line.append_text(self._spark(data, spark_w, colors))
             line.append(" ")
             line.append(text, style=err if sick else "")
             if width:

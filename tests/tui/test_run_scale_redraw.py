@@ -1,0 +1,176 @@
+"""What the run view rebuilds at 128 nodes (issue 19): the handshake matrix of 4,096 pairs only when a pair
+changed (or the panel's width), the router panel only when what it shows changed, the barrier grid's grouping
+of its cells once per run; and the Serving panel's sparklines drawn as Textual's renderable draws them.
+Counted, not timed (timings: bench/console_scale_keys.py)."""
+
+from __future__ import annotations
+
+import random
+
+from atomdeck.core.run.events import Event
+from atomdeck.tui.screens.run import RunScreen
+from atomdeck.tui.widgets import barrier_grid, run_panels
+from atomdeck.tui.widgets.run_panels import RouterPanel
+from atomdeck.tui.widgets.serving_panel import spark_text
+from rich.color import Color
+from rich.console import Console
+from rich.text import Text
+from textual.renderables.sparkline import Sparkline
+from textual.widget import Widget
+
+from .conftest import make_app
+from .fakescale import fake_scale_run
+from .runhelpers import text_of
+
+
+def _counting(monkeypatch, module, name: str) -> list[int]:
+    """Count the calls of `module.name` (the real function still runs)."""
+    calls = [0]
+    real = getattr(module, name)
+
+    def counted(*args, **kwargs):
+        calls[0] += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, counted)
+    return calls
+
+
+async def _attached(pilot):
+    app = pilot.app
+    await app.workers.wait_for_complete()
+    run = fake_scale_run()
+    app.runs.attach(run, watch=False)
+    app.switch_mode("run")
+    await pilot.pause()
+    await pilot.pause()
+    screen = app.screen
+    assert isinstance(screen, RunScreen)
+    screen.redraw()  # (a redraw after the attach may still wait behind the first one's cost)
+    return run, screen
+
+
+def _pulse(screen: RunScreen) -> None:
+    screen.next_redraw_at = 0.0  # (not deferred behind the previous redraw's cost)
+    screen.run_updated()
+
+
+async def test_the_handshake_matrix_is_collapsed_again_only_when_a_pair_changed(monkeypatch):
+    app = make_app()
+    async with app.run_test(size=(160, 50)) as pilot:
+        run, screen = await _attached(pilot)
+        collapses = _counting(monkeypatch, run_panels, "pair_matrix")
+        for i in range(3):  # the clock, and process events: nothing the matrix shows changed
+            screen.redraw(clock=True)
+            run.emit(Event("proc.health", f"decode-{i}", "unresponsive", "GET /health timed out"))
+            _pulse(screen)
+        assert screen.redraws["pairs"] >= 6  # the panel was asked to redraw every time...
+        assert collapses[0] == 0  # ...and built nothing
+        run.emit(Event("pair", "prefill-1>decode-2", "failed", "decode-2 cannot reach prefill-1"))
+        _pulse(screen)
+        assert collapses[0] == 1
+        assert "prefill-1" in text_of(screen.query_one("#pairs"))
+        screen.redraw(clock=True)
+        assert collapses[0] == 1
+        # another width: built again for it
+        await pilot.resize_terminal(130, 50)
+        await pilot.pause()
+        screen.redraw(clock=True)
+        assert collapses[0] == 2
+
+
+async def test_pairs_moving_on_redraw_the_matrix_in_place_without_a_layout_pass(monkeypatch):
+    app = make_app()
+    async with app.run_test(size=(160, 50)) as pilot:
+        run, screen = await _attached(pilot)
+        pairs = screen.query_one("#pairs")
+        for d in range(10):  # ten pairs transferred: the counts line names that stage from now on
+            run.emit(Event("pair", f"prefill-30>decode-{d}", "transferred", "first transfer"))
+        _pulse(screen)
+        await pilot.pause()
+        layouts: list[str] = []
+        real = Widget.refresh
+
+        def refresh(self, *regions, repaint=True, layout=False, recompose=False):
+            if layout:
+                layouts.append(self.id or type(self).__name__)
+            return real(self, *regions, repaint=repaint, layout=layout, recompose=recompose)
+
+        monkeypatch.setattr(Widget, "refresh", refresh)
+        # a whole block of 8x8 pairs reaches transferred (its glyph changes; the counts' digits change):
+        # the panel keeps its size
+        before = text_of(pairs)
+        for p in range(8, 16):
+            for d in range(8, 16):
+                run.emit(Event("pair", f"prefill-{p}>decode-{d}", "transferred", "first transfer"))
+        _pulse(screen)
+        await pilot.pause()
+        after = text_of(pairs)
+        assert after != before and "74 transferred" in after
+        assert "pairs" not in layouts, layouts
+        # a line that wraps into more rows does re-lay it out: a failure with a long reason
+        run.emit(Event("pair", "prefill-9>decode-9", "failed", "decode-9 cannot reach prefill-9 " + "x " * 60))
+        _pulse(screen)
+        assert "pairs" in layouts
+
+
+async def test_a_process_event_does_not_redraw_the_router_panel(monkeypatch):
+    app = make_app()
+    async with app.run_test(size=(160, 50)) as pilot:
+        run, screen = await _attached(pilot)
+        panel = screen.query_one(RouterPanel)
+        run.emit(Event("proc.health", "decode-9", "unresponsive", "GET /health timed out"))
+        _pulse(screen)  # (the first draw after the panel's styles were applied)
+        updates = _counting(monkeypatch, panel, "update")  # each one a layout pass of the screen
+        for i in range(4):
+            run.emit(Event("proc.health", f"prefill-{i}", "unresponsive", "GET /health timed out"))
+            _pulse(screen)
+            screen.redraw(clock=True)
+        assert updates[0] == 0
+        run.emit(Event("check", "workers", "ok", "128 workers registered"))
+        _pulse(screen)
+        assert updates[0] == 1
+        assert "128 workers registered" in text_of(panel)
+        run.emit(Event("proc.stage", "router", "failed", "router exited"))
+        _pulse(screen)
+        assert updates[0] == 2
+        assert "router failed" in text_of(panel)
+
+
+async def test_the_barrier_cells_are_grouped_once_per_run(monkeypatch):
+    app = make_app()
+    async with app.run_test(size=(160, 50)) as pilot:
+        grouped = _counting(monkeypatch, barrier_grid, "group_cells")
+        run, screen = await _attached(pilot)
+        grid = screen.query_one(barrier_grid.BarrierGrid)
+        assert grouped[0] == 1
+        cell = next(c for c in run.state.cells.values() if c.state != "open" and c.kind == "http")
+        column = f"http:{cell.port}"
+        assert "not yet" in grid.get_cell(cell.node, column).plain
+        for _ in range(3):
+            screen.redraw(clock=True)
+        run.emit(Event("cell", cell.key, "open"))
+        _pulse(screen)
+        assert grouped[0] == 1
+        assert grid.get_cell(cell.node, column).plain.startswith("● open")  # the same cell object, now open
+        # another run: its cells are grouped for it
+        app.runs.attach(fake_scale_run(run_id="20250101-115920-scale-64p64d-k1l3"), watch=False)
+        await pilot.pause()
+        screen.redraw()
+        assert grouped[0] == 2
+
+
+def test_a_sparkline_is_drawn_as_textuals_renderable_draws_it():
+    console = Console(width=100)
+    rnd = random.Random(7)
+    lo, hi = Color.from_rgb(20, 40, 60), Color.from_rgb(220, 120, 30)
+    for _ in range(400):
+        data = [rnd.choice([0.0, 1.0, 5.0, rnd.random() * 100]) for _ in range(rnd.choice([0, 1, 2, 3, 13, 14, 15, 40]))]
+        width = rnd.choice([3, 5, 14])
+        want = Text()
+        r = Sparkline(data, width=width, height=1, min_color=lo, max_color=hi, summary_function=max)
+        for seg in console.render(r, console.options.update(width=width, height=1)):
+            if seg.text != "\n":
+                want.append(seg.text, seg.style)
+        got = spark_text(data, width, lo, hi)
+        assert (got.plain, got.spans) == (want.plain, want.spans), (data, width)
