@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import resource
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
@@ -61,6 +62,18 @@ def _record_facts(run_dir: Path, facts: dict) -> None:
         RunDir(run_dir).update_meta(**facts)
 
 
+def raise_open_files_limit(want: int = 65536) -> int:
+    """Lift this process's soft limit on open files toward `want` (never above the hard limit) and
+    return it. A watch holds a kept HTTP connection per endpoint and check, a tail per log and a
+    channel per node: ~4 per process, which at 256 nodes passes the 1,024 that login shells often
+    set as the soft limit, and a watcher out of descriptors reads as ports closed and checks failing."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = want if hard == resource.RLIM_INFINITY else min(want, hard)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        soft = target
+    return soft
+
 @dataclass
 class TeardownReport:
     clean: bool
@@ -106,6 +119,7 @@ class Run:
     # ---------------------------------------------------------------------------------------- watching
     async def watch(self, until: Callable[[RunState], bool] | None = None, timeout: float | None = None) -> RunState:
         """Watch every process, port and check until `until(state)` holds, the timeout passes, or cancelled."""
+        raise_open_files_limit()
         return await self.watchers.watch(until, timeout)
 
     async def refresh(self) -> RunState:
