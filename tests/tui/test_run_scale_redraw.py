@@ -19,6 +19,7 @@ from textual.renderables.sparkline import Sparkline
 from textual.widget import Widget
 
 from .conftest import make_app
+from .fakerun import fake_run
 from .fakescale import fake_scale_run
 from .runhelpers import text_of
 
@@ -88,15 +89,7 @@ async def test_pairs_moving_on_redraw_the_matrix_in_place_without_a_layout_pass(
             run.emit(Event("pair", f"prefill-30>decode-{d}", "transferred", "first transfer"))
         _pulse(screen)
         await pilot.pause()
-        layouts: list[str] = []
-        real = Widget.refresh
-
-        def refresh(self, *regions, repaint=True, layout=False, recompose=False):
-            if layout:
-                layouts.append(self.id or type(self).__name__)
-            return real(self, *regions, repaint=repaint, layout=layout, recompose=recompose)
-
-        monkeypatch.setattr(Widget, "refresh", refresh)
+        layouts = _layouts(monkeypatch)
         # a whole block of 8x8 pairs reaches transferred (its glyph changes; the counts' digits change):
         # the panel keeps its size
         before = text_of(pairs)
@@ -174,3 +167,54 @@ def test_a_sparkline_is_drawn_as_textuals_renderable_draws_it():
                 want.append(seg.text, seg.style)
         got = spark_text(data, width, lo, hi)
         assert (got.plain, got.spans) == (want.plain, want.spans), (data, width)
+
+
+async def test_moving_to_a_process_with_another_count_of_lines_lays_nothing_out(monkeypatch):
+    """The run view's Last lines panel takes the height of its box: a process with more lines, or fewer,
+    is drawn without a layout pass (at 128 nodes the screen's whole reflow, on the key that moved the
+    cursor), and when it has more lines than rows it shows the newest."""
+    from atomdeck.tui.widgets.process_table import ProcessTable
+    from atomdeck.tui.widgets.tail_panel import TailPanel
+
+    app = make_app()
+    async with app.run_test(size=(100, 30)) as pilot:
+        await app.workers.wait_for_complete()
+        run = fake_run("serving")
+        procs = run.state.procs
+        procs["prefill-0"].last_lines.clear()
+        procs["prefill-0"].last_lines.extend(f"prefill line {i}" for i in range(20))
+        procs["decode-0"].last_lines.clear()
+        procs["decode-0"].last_lines.extend(["decode line 0", "decode line 1"])
+        app.runs.attach(run, watch=False)
+        app.switch_mode("run")
+        await pilot.pause()
+        screen = app.screen
+        table, tail = screen.query_one(ProcessTable), screen.query_one(TailPanel)
+        table.select_key("prefill-0")
+        await pilot.pause()
+        rows = tail.size.height
+        assert 0 < rows < 20
+        shown = [tail.render_line(y).text.rstrip() for y in range(rows)]
+        assert shown == [f"prefill line {i}" for i in range(20 - rows, 20)]  # the newest that fit
+        layouts = _layouts(monkeypatch)
+        table.select_key("decode-0")
+        await pilot.pause()
+        assert [tail.render_line(y).text.rstrip() for y in range(3)] == ["decode line 0", "decode line 1", ""]
+        table.select_key("prefill-0")
+        await pilot.pause()
+        assert tail.render_line(rows - 1).text.rstrip() == "prefill line 19"
+        assert "tail" not in layouts, layouts
+
+
+def _layouts(monkeypatch) -> list[str]:
+    """The ids of the widgets that ask for a layout pass from now on."""
+    layouts: list[str] = []
+    real = Widget.refresh
+
+    def refresh(self, *regions, repaint=True, layout=False, recompose=False):
+        if layout:
+            layouts.append(self.id or type(self).__name__)
+        return real(self, *regions, repaint=repaint, layout=layout, recompose=recompose)
+
+    monkeypatch.setattr(Widget, "refresh", refresh)
+    return layouts

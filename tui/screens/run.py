@@ -81,7 +81,7 @@ class RunScreen(Screen):
                     box.border_title = "Barrier · node × port"
                     box.border_subtitle = LEGEND
                     yield BarrierGrid(id="barrier-grid")
-                with VerticalScroll(id="tail-box", classes="run-box") as box:
+                with Vertical(id="tail-box", classes="run-box") as box:
                     box.border_title = "Last lines"
                     yield TailPanel(id="tail")
             with Vertical(id="run-right"):
@@ -259,8 +259,7 @@ class RunScreen(Screen):
         box = self.query_one("#tail-box")
         set_if_changed(box, "border_title", f"Last lines · {name} on {p.node}")
         set_if_changed(box, "border_subtitle", "enter: full log")
-        if self.query_one(TailPanel).show(lines):
-            box.scroll_end(animate=False)
+        self.query_one(TailPanel).show(lines)  # it shows the newest that fit ("enter": the whole log)
 
     def _empty_text(self) -> str:
         app = self.console

@@ -1,4 +1,5 @@
-"""The run view's "Last lines": the newest lines of one process, drawn line by line.
+"""The run view's "Last lines": the newest lines of one process, drawn line by line; the newest that
+fit when the panel is shorter than its lines.
 
 Under a run that serves, the process under the cursor logs about a line a second (the health
 checks' access lines), so this panel redraws often. As a Static it rendered all of its lines as one
@@ -43,7 +44,10 @@ class TailPanel(Widget):
         rows = rows or [(empty, "dim")]
         if rows == self.rows:
             return False
-        layout = len(rows) != len(self.rows)
+        # A panel whose height its box sets (the run view's) needs no layout pass for a new count of
+        # lines; one sized by its lines (height: auto) does. At 128 nodes a layout pass is the screen's
+        # whole reflow, on the key press that moved the cursor to a process with another count.
+        layout = len(rows) != len(self.rows) and self.styles.height is not None and self.styles.height.is_auto
         self.rows = rows
         self.refresh(layout=layout)
         return True
@@ -70,6 +74,7 @@ class TailPanel(Widget):
     def render_line(self, y: int) -> Strip:
         width = self.size.width
         base = self.rich_style
+        y += max(0, len(self.rows) - self.size.height)  # more lines than rows: the newest ones
         if y >= len(self.rows):
             return Strip.blank(width, base)
         line, kind = self.rows[y]
