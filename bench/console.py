@@ -106,7 +106,9 @@ def flood(seconds: float = 30.0, presses: int = 50, engines_nice: int = 0) -> di
     engines_nice > 0: the simulators are reniced once serving (the engines apart, as on a cluster)."""
     from atomdeck.core.run.run import Run
 
-    with tempfile.TemporaryDirectory() as d:
+    # (ignore_cleanup_errors: a watcher still finishing its last write in the state directory made the
+    # cleanup raise, and the run's numbers were lost with it)
+    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as d:
         tmp = Path(d)
         (tmp / "bench8.yaml").write_text(CLUSTER8)
         (tmp / "flood-8.yaml").write_text(RECIPE8)

@@ -75,7 +75,7 @@ class LogScreen(TypeAhead, Screen):
         self._flooding = False  # that batch replaced every row on screen
         self._key_at = -1e9  # (monotonic) the last key press on this screen
         self._later: Timer | None = None  # a deferred append
-        self.batches = 0  # batches appended (tests count them)
+        self.flood_s, self.key_first_s = FLOOD_S, KEY_FIRST_S  # (tests set them)
 
     @property
     def console(self) -> ConsoleApp:
@@ -138,9 +138,9 @@ class LogScreen(TypeAhead, Screen):
             self._draw()
             return
         now = monotonic()
-        wait = self._key_at + KEY_FIRST_S - now
+        wait = self._key_at + self.key_first_s - now
         if self._flooding and self.logview.follow:
-            wait = max(wait, self._appended_at + FLOOD_S - now)
+            wait = max(wait, self._appended_at + self.flood_s - now)
         if wait > 0:  # not yet: a timer appends then (the lines wait in the LiveRun's buffers)
             if self._later is None:
                 self._later = self.set_timer(wait, self._deferred)
@@ -159,7 +159,6 @@ class LogScreen(TypeAhead, Screen):
             self.received += len(new)
         if batch:
             self.logview.append(batch)
-            self.batches += 1
             self._appended_at = now
             self._flooding = len(batch) >= self.logview.scrollable_content_region.height
         self._draw()

@@ -72,12 +72,12 @@ class LogLines(ScrollView, can_focus=True):
         new = [clean(x) for x in lines]
         if not new:
             return 0
+        top_before = self._top_line()  # (before the lines grow: the wrap rows are grown below, not recounted)
         self.lines.extend(new)
         lens = [cell_len(x) for x in new]
         self.cells.extend(lens)
         self._width = max(self._width, max(lens))
         dropped = len(self.lines) - self.max_lines
-        top_before = self._top_line()
         if dropped > 0:
             for _ in range(dropped):
                 self.lines.popleft()
