@@ -309,11 +309,12 @@ class LogLines(ScrollView, can_focus=True):
         content_height = self.content_region.height
         strips: list[Strip] = []
         self.frame_rows_drawn = 0
+        wrap_rows = self._wrap_rows() if self.wrap else None
         if len(rows_cache) > 2 * max(1, content_height):  # keep only what may still shift into view
-            keep = {self._row_key(scroll_x, scroll_y + y, width) for y in range(content_height)}
+            keep = {self._row_key(scroll_x, scroll_y + y, width, wrap_rows) for y in range(content_height)}
             self._rows_cache = rows_cache = {k: v for k, v in rows_cache.items() if k in keep}
         for y in crop.line_range:
-            key = self._row_key(scroll_x, scroll_y + y, width) if y < content_height else ("",)
+            key = self._row_key(scroll_x, scroll_y + y, width, wrap_rows) if y < content_height else ("",)
             strip = rows_cache.get(key)
             if strip is None:
                 self.frame_rows_drawn += 1
@@ -345,10 +346,11 @@ class LogLines(ScrollView, can_focus=True):
                 self.region.width, tuple(self.get_line_filters()), background, self.wrap, self.search,
                 self.current)
 
-    def _row_key(self, scroll_x: int, row: int, width: int) -> tuple:
-        """(absolute line, first column shown) of a row of the view; ("",) past the end."""
+    def _row_key(self, scroll_x: int, row: int, width: int, rows: list[int] | None = None) -> tuple:
+        """(absolute line, first column shown) of a row of the view; ("",) past the end. `rows`: the wrap
+        rows, when the caller has them (a frame asks once, not per row)."""
         if self.wrap:
-            rows = self._wrap_rows()
+            rows = rows if rows is not None else self._wrap_rows()
             if row >= rows[-1]:
                 return ("",)
             index = bisect_right(rows, row) - 1
