@@ -38,9 +38,6 @@ from common import (
     watcher_pid,
 )
 
-# flood() calls these by the names it always had (another change to flood is under way: its body stays as it was)
-_state_env, _console_pid, _watcher_pid, _cpu_s, _rss_mb = state_env, console_pid, watcher_pid, cpu_s, rss_mb
-_down_all = down_runs  # `atomdeck down` each run, checked by its state; no kill by a recorded PID any more
 GOALS = {"first_frame_s": 1.0, "key_p95_s": 0.05, "rss_mb": 300, "filter_s": 0.05, "idle_cpu_pct": 5}  # issue 19
 
 
@@ -109,11 +106,13 @@ def flood(seconds: float = 30.0, presses: int = 50, engines_nice: int = 0) -> di
     engines_nice > 0: the simulators are reniced once serving (the engines apart, as on a cluster)."""
     from atomdeck.core.run.run import Run
 
-    with tempfile.TemporaryDirectory() as d:
+    # (ignore_cleanup_errors: a watcher still finishing its last write in the state directory made the
+    # cleanup raise, and the run's numbers were lost with it)
+    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as d:
         tmp = Path(d)
         (tmp / "bench8.yaml").write_text(CLUSTER8)
         (tmp / "flood-8.yaml").write_text(RECIPE8)
-        env = _state_env(tmp, ATOMDECK_SIM_SPEED="20")
+        env = state_env(tmp, ATOMDECK_SIM_SPEED="20")
         term = Term(tmp, env)
         old_state = os.environ.get("XDG_STATE_HOME")
         os.environ["XDG_STATE_HOME"] = env["XDG_STATE_HOME"]
@@ -126,14 +125,14 @@ def flood(seconds: float = 30.0, presses: int = 50, engines_nice: int = 0) -> di
             term.wait_for("SERVING", timeout=90)
             run_id = Run.list()[-1]["id"]
             reniced = _renice_run(run_id, engines_nice) if engines_nice else 0
-            pid = _console_pid(term.pane_pid())
+            pid = console_pid(term.pane_pid())
             t_flood = time.monotonic()
             term.keys("enter")  # worker-0's log, following the flood
             term.wait_for("FOLLOW", timeout=10)
             term.attach_control()
             latencies: list[float] = []
             rss: list[float] = []
-            watcher = _watcher_pid(pid)
+            watcher = watcher_pid(pid)
             watcher_rss: list[float] = []
 
             def waited(p: int | None) -> float:
@@ -151,7 +150,7 @@ def flood(seconds: float = 30.0, presses: int = 50, engines_nice: int = 0) -> di
                     return 0
 
             wait0 = (waited(pid), waited(watcher), os.getloadavg()[0], written(watcher))
-            cpu0 = (_cpu_s(pid), _cpu_s(watcher), time.monotonic())
+            cpu0 = (cpu_s(pid), cpu_s(watcher), time.monotonic())
             wrap = False
             gap = max(0.05, (seconds - 3) / presses)
             while time.monotonic() - t_flood < seconds:
@@ -159,11 +158,11 @@ def flood(seconds: float = 30.0, presses: int = 50, engines_nice: int = 0) -> di
                     wrap = not wrap
                     want = re.compile(r"wrap on" if wrap else r"wrap off")
                     latencies.append(term.press_until("w", want))
-                rss.append(_rss_mb(pid))
-                watcher_rss.append(_rss_mb(watcher) if watcher else 0.0)
+                rss.append(rss_mb(pid))
+                watcher_rss.append(rss_mb(watcher) if watcher else 0.0)
                 time.sleep(gap)
             elapsed = time.monotonic() - cpu0[2]
-            cpu = (100 * (_cpu_s(pid) - cpu0[0]) / elapsed, 100 * (_cpu_s(watcher) - cpu0[1]) / elapsed)
+            cpu = (100 * (cpu_s(pid) - cpu0[0]) / elapsed, 100 * (cpu_s(watcher) - cpu0[1]) / elapsed)
             wait = (1000 * (waited(pid) - wait0[0]) / elapsed, 1000 * (waited(watcher) - wait0[1]) / elapsed)
             load = (wait0[2], os.getloadavg()[0])
             stream_kb_s = (written(watcher) - wait0[3]) / 1024 / elapsed
@@ -206,7 +205,7 @@ def flood(seconds: float = 30.0, presses: int = 50, engines_nice: int = 0) -> di
                     "screen_behind_file_s": round(behind_s, 2)}
         finally:
             term.kill()
-            _down_all(env)  # whatever happened: nothing may stay up
+            down_runs(env)  # whatever happened: nothing may stay up
             if old_state is None:
                 os.environ.pop("XDG_STATE_HOME", None)
             else:

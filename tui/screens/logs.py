@@ -9,18 +9,22 @@ Lines come from the LiveRun's bounded buffers, read at most ten times a second.
 from __future__ import annotations
 
 from pathlib import Path
+from time import monotonic
 from typing import TYPE_CHECKING, cast
 
 from rich.text import Text
-from textual import on, work
+from textual import events, on, work
 from textual.app import ComposeResult
 from textual.screen import Screen
+from textual.timer import Timer
 from textual.widgets import Footer, Input, Static
 
 from ...core.config.secrets import redact_line
 from .. import bindings
 from ..formatting import words
+from ..live import settle_gc
 from ..logtext import save_logs
+from ..run_control import can_draw
 from ..widgets.context_bar import ContextBar
 from ..widgets.log_lines import LogLines
 from ..widgets.quiet import update_quietly
@@ -33,6 +37,14 @@ if TYPE_CHECKING:
     from ..live import LiveRun
 
 KEEP = 5_000
+# While every row on screen shows another line each time lines are appended (a flood: nobody reads
+# 2,000 lines a second), append at most this often: 5 frames a second of the log instead of the pulse's
+# 10, each as costly (every row new), so a key press finds the loop free more often. The view stays
+# within ~0.2 s (+ the watcher's 50 ms batches) of the file.
+FLOOD_S = 0.2
+# A key press's frame goes out before the next batch of lines: appending right behind a key put every
+# row of the log into the frame that shows the key's effect.
+KEY_FIRST_S = 0.05
 
 
 class LogScreen(TypeAhead, Screen):
@@ -59,6 +71,11 @@ class LogScreen(TypeAhead, Screen):
         self._shown: dict[str, Text] = {}
         self._drawn_version = -1
         self._resyncs: dict[str, int] = {}  # the watcher's answers for each process when it was loaded
+        self._appended_at = -1e9  # (monotonic) when lines were last appended
+        self._flooding = False  # that batch replaced every row on screen
+        self._key_at = -1e9  # (monotonic) the last key press on this screen
+        self._later: Timer | None = None  # a deferred append
+        self.flood_s, self.key_first_s = FLOOD_S, KEY_FIRST_S  # (tests set them)
 
     @property
     def console(self) -> ConsoleApp:
@@ -85,6 +102,9 @@ class LogScreen(TypeAhead, Screen):
         self._load()
         self.logview.focus()
         self._draw()
+        # what the console holds now (the run view under this one, this screen) out of the cyclic GC's full
+        # passes while lines flood in (see settle_gc); after the first frame, not before it
+        self.call_after_refresh(settle_gc)
 
     def on_unmount(self) -> None:
         self.live.want_lines(self, [])
@@ -117,6 +137,14 @@ class LogScreen(TypeAhead, Screen):
             self._load()  # the watcher said from where its lines come: the file up to there, then them
             self._draw()
             return
+        now = monotonic()
+        wait = self._key_at + self.key_first_s - now
+        if self._flooding and self.logview.follow:
+            wait = max(wait, self._appended_at + self.flood_s - now)
+        if wait > 0:  # not yet: a timer appends then (the lines wait in the LiveRun's buffers)
+            if self._later is None:
+                self._later = self.set_timer(wait, self._deferred)
+            return
         batch: list[str] = []
         for name in self.names:
             if not self.live.streams(name):  # shown from the file until the watcher says from where it sends
@@ -131,7 +159,18 @@ class LogScreen(TypeAhead, Screen):
             self.received += len(new)
         if batch:
             self.logview.append(batch)
+            self._appended_at = now
+            self._flooding = len(batch) >= self.logview.scrollable_content_region.height
         self._draw()
+
+    def _deferred(self) -> None:
+        self._later = None
+        if can_draw(self):
+            self.run_updated()
+
+    def on_key(self, event: events.Key) -> None:
+        self._key_at = monotonic()
+        super().on_key(event)
 
     # -- status ------------------------------------------------------------------------------------
     def _set(self, selector: str, content: Text) -> None:

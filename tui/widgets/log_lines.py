@@ -18,10 +18,11 @@ from rich.segment import Segment
 from rich.style import Style
 from rich.text import Text
 from textual.cache import LRUCache
-from textual.geometry import Size
+from textual.geometry import Region, Size
 from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
+from textual.style import Style as TextualStyle
 
 from ..logtext import HIGHLIGHT, clean
 
@@ -60,6 +61,10 @@ class LogLines(ScrollView, can_focus=True):
         self._rows_width = 0
         self._cache: LRUCache[tuple, Strip] = LRUCache(1024)
         self._moving = False  # our own scroll, not the user's
+        # render_lines: each row's finished strip by (absolute line, first column) for the frame's look
+        self._rows_cache: dict[tuple, Strip] = {}
+        self._frame: tuple | None = None
+        self.frame_rows_drawn = 0  # rows the last frame drew (not taken from the rows' cache)
 
     # -- feeding -----------------------------------------------------------------------------------
     def append(self, lines: Iterable[str]) -> int:
@@ -67,19 +72,18 @@ class LogLines(ScrollView, can_focus=True):
         new = [clean(x) for x in lines]
         if not new:
             return 0
+        top_before = self._top_line()  # (before the lines grow: the wrap rows are grown below, not recounted)
         self.lines.extend(new)
         lens = [cell_len(x) for x in new]
         self.cells.extend(lens)
         self._width = max(self._width, max(lens))
         dropped = len(self.lines) - self.max_lines
-        top_before = self._top_line()
         if dropped > 0:
             for _ in range(dropped):
                 self.lines.popleft()
                 self.cells.popleft()
             self.base += dropped
-            self._cache.clear()  # keys are absolute lines, but stay safe after a big drop
-        self._rows = None
+        self._grow_rows(lens, max(0, dropped))
         self._update_size()
         if self.follow:
             self._scroll_to_end()
@@ -90,12 +94,29 @@ class LogLines(ScrollView, can_focus=True):
         self.refresh()
         return len(new)
 
+    def _grow_rows(self, lens: list[int], dropped: int) -> None:
+        """Keep the wrap rows (prefix sums) up to date in O(lines added) + one subtraction pass, instead of
+        recounting every line's rows each pulse (5,000 lines, ~1-2 ms a pulse while wrapped)."""
+        rows = self._rows
+        if rows is None:
+            return
+        width = self._rows_width
+        total = rows.pop()
+        for n in lens:
+            rows.append(total)
+            total += max(1, -(-n // width))
+        rows.append(total)
+        if dropped:
+            gone = rows[dropped]
+            self._rows = [r - gone for r in rows[dropped:]] if gone else rows[dropped:]
+
     def clear(self) -> None:
         self.lines.clear()
         self.cells.clear()
         self.base, self.pending, self._width, self.current = 0, 0, 0, None
         self._rows = None
         self._cache.clear()
+        self._rows_cache.clear()
         self._update_size()
         self.refresh()
 
@@ -262,26 +283,95 @@ class LogLines(ScrollView, can_focus=True):
     def notify_style_update(self) -> None:
         super().notify_style_update()
         self._cache.clear()
+        self._rows_cache.clear()
 
-    def render_line(self, y: int) -> Strip:
+    def render_lines(self, crop: Region) -> list[Strip]:
+        """A frame of the log. Under a flood every row shows another line each frame; Textual's StylesCache
+        drew each row again through its general path (borders, padding, tint, opacity: none here) and our
+        render_line asked for the widget's rich_style per row (an ancestor walk): ~0.5 ms a row, ~45 rows a
+        frame. With the plain box this widget has, a frame's rows are made here, as StylesCache would make
+        them, and each row's finished strip is kept under (line, column): a row that only moved up the
+        screen (its line was on screen in the last frame) is not drawn again. A box with anything more
+        (a border, padding, opacity...) takes Textual's path."""
+        look = self._frame_look()
+        if look is None:
+            if self._frame is not None:  # Textual's cache of lines by screen row was not kept meanwhile
+                self._frame = None
+                self._rows_cache.clear()
+                self._styles_cache.clear()
+            return super().render_lines(crop)
+        if look != self._frame:  # style, size, filters, search...: every row looks different
+            self._frame = look
+            self._rows_cache.clear()
+        style, inner, width, content_width, full_width, filters, background = look[:7]
         scroll_x, scroll_y = self.scroll_offset
-        width = self.scrollable_content_region.width
-        style = self.rich_style
-        row = scroll_y + y
+        rows_cache = self._rows_cache
+        content_height = self.content_region.height
+        strips: list[Strip] = []
+        self.frame_rows_drawn = 0
+        wrap_rows = self._wrap_rows() if self.wrap else None
+        if len(rows_cache) > 2 * max(1, content_height):  # keep only what may still shift into view
+            keep = {self._row_key(scroll_x, scroll_y + y, width, wrap_rows) for y in range(content_height)}
+            self._rows_cache = rows_cache = {k: v for k, v in rows_cache.items() if k in keep}
+        for y in crop.line_range:
+            key = self._row_key(scroll_x, scroll_y + y, width, wrap_rows) if y < content_height else ("",)
+            strip = rows_cache.get(key)
+            if strip is None:
+                self.frame_rows_drawn += 1
+                if y < content_height:
+                    line = self._render_row(key, width, style)
+                    line = line.adjust_cell_length(content_width, inner)
+                else:
+                    line = Strip.blank(content_width, inner)
+                strip = line if line.cell_length == full_width else Strip(list(line), full_width)
+                for f in filters:
+                    strip = strip.apply_filter(f, background)
+                rows_cache[key] = strip
+            strips.append(strip)
+        if crop.column_span != (0, full_width):
+            x1, x2 = crop.column_span
+            strips = [strip.crop(x1, x2) for strip in strips]
+        return strips
+
+    def _frame_look(self) -> tuple | None:
+        """What every row of a frame depends on besides its line (None: a box this path does not draw)."""
+        styles = self.styles
+        if (self.BLANK or any(edge for edge, _ in styles.border) or any(edge for edge, _ in styles.outline)
+                or any(styles.padding) or styles.tint.a or self.opacity != 1.0 or styles.text_opacity != 1.0
+                or (styles.has_rule("hatch") and styles.hatch != "none")):
+            return None
+        base_background, background = self.background_colors
+        inner = TextualStyle(background=base_background + background).rich_style
+        return (self.rich_style, inner, self.scrollable_content_region.width, self.content_region.width,
+                self.region.width, tuple(self.get_line_filters()), background, self.wrap, self.search,
+                self.current)
+
+    def _row_key(self, scroll_x: int, row: int, width: int, rows: list[int] | None = None) -> tuple:
+        """(absolute line, first column shown) of a row of the view; ("",) past the end. `rows`: the wrap
+        rows, when the caller has them (a frame asks once, not per row)."""
         if self.wrap:
-            rows = self._wrap_rows()
+            rows = rows if rows is not None else self._wrap_rows()
             if row >= rows[-1]:
-                return Strip.blank(width, style)
+                return ("",)
             index = bisect_right(rows, row) - 1
-            start = (row - rows[index]) * width
-        else:
-            if row >= len(self.lines):
-                return Strip.blank(width, style)
-            index, start = row, scroll_x
+            return (self.base + index, (row - rows[index]) * width)
+        if row >= len(self.lines):
+            return ("",)
+        return (self.base + row, scroll_x)
+
+    def _render_row(self, key: tuple, width: int, style: Style) -> Strip:
+        if key == ("",):
+            return Strip.blank(width, style)
+        index, start = key[0] - self.base, key[1]
         plain = self._plain_row(index, start, width, style)
         if plain is not None:
             return plain
         return self._line_strip(index, style).crop_extend(start, start + width, style)
+
+    def render_line(self, y: int) -> Strip:
+        scroll_x, scroll_y = self.scroll_offset
+        width = self.scrollable_content_region.width
+        return self._render_row(self._row_key(scroll_x, scroll_y + y, width), width, self.rich_style)
 
     def _plain_row(self, index: int, start: int, width: int, style: Style) -> Strip | None:
         """The common row, made in one go: an ASCII line (one cell a character) with nothing to colour.
