@@ -118,10 +118,11 @@ async def test_aggregate_mode_waits_for_the_worker_count_it_needs():
         assert app.design.recipe.mode == "aggregate" and app.design.recipe.aggregate.workers == 2
         assert app.assessment.plan.shape == "2x agg TP8"
         assert not err.has_class("-shown")
-        await pilot.pause()
-        assert app.screen.query_one("#err-f-aggregate-tp").region.height == 0  # no blank rows
-        assert not app.screen.query_one("#f-prefill-tp").region.height  # disagg fields hidden
-        assert not [k for k in app.screen.query("FooterKey") if k.action.startswith("assign")]
+        # laid out on a later turn of the loop (one pause was not always enough under load): wait for it
+        await until(pilot, lambda: app.screen.query_one("#err-f-aggregate-tp").region.height == 0  # no blank rows
+                    and not app.screen.query_one("#f-prefill-tp").region.height  # disagg fields hidden
+                    and not [k for k in app.screen.query("FooterKey") if k.action.startswith("assign")],
+                    what="no blank error rows, the disagg fields and the assign keys gone")
 
 
 async def test_dp_attention_and_policy_reach_the_commands():

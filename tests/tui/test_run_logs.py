@@ -47,7 +47,7 @@ async def test_opens_with_the_tail_from_disk_then_follows_live_lines():
         disk = run.rd.log_path("decode-0").read_text().splitlines()
         assert list(log.lines) == disk  # everything logged before the console attached
         feed(run, "decode-0", [f"live line #{i}" for i in range(1, 101)])
-        await pilot.pause(0.25)
+        await until(pilot, lambda: log.lines[-1] == "live line #100", what="the live lines")
         assert log.lines[-1] == "live line #100" and len(log.lines) == len(disk) + 100
         assert log.follow and log.scroll_y == log.max_scroll_y
         assert "FOLLOW" in text_of(screen.query_one("#log-status"))
@@ -58,12 +58,13 @@ async def test_scrolling_up_pauses_and_counts_new_lines_until_end_or_f():
     async with app.run_test(size=BIG) as pilot:
         run, screen, log = await open_log(pilot)
         feed(run, "decode-0", [f"line #{i}" for i in range(200)])
-        await pilot.pause(0.25)
+        await until(pilot, lambda: log.lines[-1] == "line #199", what="the 200 lines")
         await pilot.press("pageup")
         assert not log.follow
         top = log.scroll_y
         feed(run, "decode-0", [f"more #{i}" for i in range(30)])
-        await pilot.pause(0.25)
+        # (appends come in batches, slower while a flood replaces the screen: wait for it, not a fixed time)
+        await until(pilot, lambda: "+30 new lines" in text_of(screen.query_one("#log-status")), what="+30")
         status = text_of(screen.query_one("#log-status"))
         assert "PAUSED" in status and "+30 new lines" in status and "End or F follows" in status
         assert log.scroll_y == top  # the lines being read stay put
@@ -81,7 +82,7 @@ async def test_search_then_next_and_previous():
     async with app.run_test(size=BIG) as pilot:
         run, screen, log = await open_log(pilot)
         feed(run, "decode-0", ["ERROR first", "ok", "ERROR second", "ok", "ERROR third"])
-        await pilot.pause(0.25)
+        await until(pilot, lambda: log.lines[-1] == "ERROR third", what="the fed lines")
         await pilot.press("slash")
         box = screen.query_one("#log-search", Input)
         assert box.display and box.has_focus
@@ -109,7 +110,8 @@ async def test_keys_typed_right_after_slash_are_the_search():
     async with app.run_test(size=BIG) as pilot:
         run, screen, log = await open_log(pilot)
         feed(run, "decode-0", ["ERROR first", "ok", "ERROR second", "ok"])
-        await pilot.pause(0.25)
+        await until(pilot, lambda: list(log.lines)[-4:] == ["ERROR first", "ok", "ERROR second", "ok"],
+                    what="the fed lines")
         for key, ch in (("slash", "/"), *((c, c) for c in "second")):
             app.post_message(events.Key(key, ch))
         box = screen.query_one("#log-search", Input)
@@ -231,7 +233,7 @@ async def test_a_node_shows_the_logs_of_all_its_processes():
         lines = list(app.screen.logview.lines)
         assert any(x.startswith("prefill-0| ") for x in lines) and any(x.startswith("router| ") for x in lines)
         feed(run, "router", ["a live router line"])
-        await pilot.pause(0.25)
+        await until(pilot, lambda: app.screen.logview.lines[-1] == "router| a live router line", what="the line")
         assert app.screen.logview.lines[-1] == "router| a live router line"
 
 
@@ -278,7 +280,9 @@ async def test_lines_arriving_while_the_log_view_opens_are_not_lost():
         app.runs.open_logs(["decode-0"])
         feed(run, "decode-0", ["racing line"])
         app.runs.poke()  # a pulse right now, before the screen mounted
-        await pilot.pause(0.25)
+        await until(pilot, lambda: isinstance(app.screen, LogScreen) and app.screen.query(LogLines)
+                    and app.screen.logview.lines and app.screen.logview.lines[-1] == "racing line",
+                    what="the racing line")
         assert isinstance(app.screen, LogScreen) and app.screen.logview.lines[-1] == "racing line"
 
 
