@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 
 import pytest
 from atomdeck.core.design.edit import set_field
@@ -42,3 +43,15 @@ def runs():
 
 def env(ws, **kw):
     return os.environ | kw
+
+
+FLOOD = {"ATOMSIM_FLOOD": "500"}  # the simulator's status lines per second, on top of its own
+
+
+async def until(cond, what: str, timeout: float = 60.0) -> None:
+    """Wait (in the test's own loop) until cond() holds; fail naming `what` after `timeout`."""
+    t0 = time.monotonic()
+    while not cond():
+        if time.monotonic() - t0 > timeout:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.02)

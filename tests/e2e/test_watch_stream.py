@@ -10,27 +10,17 @@ from __future__ import annotations
 
 import asyncio
 import re
-import time
 
 import pytest
 from atomdeck.core.run.run import Run
 from atomdeck.tui.live import LiveRun
 from atomdeck.tui.watch_client import WatchProcess
 
-from .conftest import workspace
+from .conftest import FLOOD, until, workspace
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
-FLOOD = {"ATOMSIM_FLOOD": "500"}
 NUMBER = re.compile(r"status #(\d+)\)")
-
-
-async def until(cond, what: str, timeout: float = 60.0) -> None:
-    t0 = time.monotonic()
-    while not cond():
-        if time.monotonic() - t0 > timeout:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)
 
 
 def numbers(lines: list[str]) -> list[int]:

@@ -10,25 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import time
 
 import pytest
 from atomdeck.core.run.run import Run
 from atomdeck.tui.watch_client import WatchProcess
 
-from .conftest import workspace
+from .conftest import FLOOD, until, workspace
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
-FLOOD = {"ATOMSIM_FLOOD": "500"}
-
-
-async def until(cond, what: str, timeout: float = 60.0) -> None:
-    t0 = time.monotonic()
-    while not cond():
-        if time.monotonic() - t0 > timeout:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)
 
 
 @pytest.mark.parametrize("how", ["stdin closed", "SIGTERM"])

@@ -57,3 +57,25 @@ def text_of(widget) -> str:
     with console.capture() as cap:
         console.print(content)
     return cap.get()
+
+
+async def attached_scale(pilot: Pilot, redraw: bool = False):
+    """The deterministic 128-node run (fakescale.py) attached without a watch, on the run view: (run, screen).
+    `redraw`: draw it once more now (a redraw right after the attach may still wait behind the first one's
+    cost)."""
+    from atomdeck.tui.screens.run import RunScreen
+
+    from .fakescale import fake_scale_run
+
+    app = pilot.app
+    await app.workers.wait_for_complete()
+    run = fake_scale_run()
+    app.runs.attach(run, watch=False)
+    app.switch_mode("run")
+    await pilot.pause()
+    await pilot.pause()
+    screen = app.screen
+    assert isinstance(screen, RunScreen)
+    if redraw:
+        screen.redraw()
+    return run, screen

@@ -6,23 +6,9 @@ from __future__ import annotations
 import time
 
 from atomdeck.core.run.events import Event
-from atomdeck.tui.screens.run import RunScreen
 
 from .conftest import make_app
-from .fakescale import fake_scale_run
-
-
-async def _attached(pilot):
-    app = pilot.app
-    await app.workers.wait_for_complete()
-    run = fake_scale_run()
-    app.runs.attach(run, watch=False)
-    app.switch_mode("run")
-    await pilot.pause()
-    await pilot.pause()
-    screen = app.screen
-    assert isinstance(screen, RunScreen)
-    return run, screen
+from .runhelpers import attached_scale
 
 
 def _metrics(run, name: str, k: float) -> None:
@@ -32,7 +18,7 @@ def _metrics(run, name: str, k: float) -> None:
 async def test_a_pair_event_redraws_the_handshake_panel_only():
     app = make_app()
     async with app.run_test(size=(160, 50)) as pilot:
-        run, screen = await _attached(pilot)
+        run, screen = await attached_scale(pilot)
         _metrics(run, "decode-3", 1.0)
         screen.redraw(clock=True)  # the clock: the Serving panel appears
         before = dict(screen.redraws)
@@ -49,7 +35,7 @@ async def test_a_pair_event_redraws_the_handshake_panel_only():
 async def test_a_metrics_scrape_redraws_the_serving_panel_not_the_process_table():
     app = make_app()
     async with app.run_test(size=(160, 50)) as pilot:
-        run, screen = await _attached(pilot)
+        run, screen = await attached_scale(pilot)
         before = dict(screen.redraws)
         version = app.live.version
         for i, name in enumerate(("prefill-0", "decode-0", "decode-9")):
@@ -73,7 +59,7 @@ async def test_a_metrics_scrape_redraws_the_serving_panel_not_the_process_table(
 async def test_after_a_costly_redraw_the_next_waits_and_is_not_lost():
     app = make_app()
     async with app.run_test(size=(160, 50)) as pilot:
-        run, screen = await _attached(pilot)
+        run, screen = await attached_scale(pilot)
         before = dict(screen.redraws)
         screen.next_redraw_at = time.monotonic() + 0.3  # as after a redraw that took 0.1 s
         run.emit(Event("pair", "prefill-2>decode-2", "failed", "decode-2 cannot reach prefill-2"))

@@ -21,7 +21,7 @@ from textual.widget import Widget
 from .conftest import make_app
 from .fakerun import fake_run
 from .fakescale import fake_scale_run
-from .runhelpers import text_of
+from .runhelpers import attached_scale, text_of
 
 
 def _counting(monkeypatch, module, name: str) -> list[int]:
@@ -37,20 +37,6 @@ def _counting(monkeypatch, module, name: str) -> list[int]:
     return calls
 
 
-async def _attached(pilot):
-    app = pilot.app
-    await app.workers.wait_for_complete()
-    run = fake_scale_run()
-    app.runs.attach(run, watch=False)
-    app.switch_mode("run")
-    await pilot.pause()
-    await pilot.pause()
-    screen = app.screen
-    assert isinstance(screen, RunScreen)
-    screen.redraw()  # (a redraw after the attach may still wait behind the first one's cost)
-    return run, screen
-
-
 def _pulse(screen: RunScreen) -> None:
     screen.next_redraw_at = 0.0  # (not deferred behind the previous redraw's cost)
     screen.run_updated()
@@ -59,7 +45,7 @@ def _pulse(screen: RunScreen) -> None:
 async def test_the_handshake_matrix_is_collapsed_again_only_when_a_pair_changed(monkeypatch):
     app = make_app()
     async with app.run_test(size=(160, 50)) as pilot:
-        run, screen = await _attached(pilot)
+        run, screen = await attached_scale(pilot, redraw=True)
         collapses = _counting(monkeypatch, run_panels, "pair_matrix")
         for i in range(3):  # the clock, and process events: nothing the matrix shows changed
             screen.redraw(clock=True)
@@ -83,7 +69,7 @@ async def test_the_handshake_matrix_is_collapsed_again_only_when_a_pair_changed(
 async def test_pairs_moving_on_redraw_the_matrix_in_place_without_a_layout_pass(monkeypatch):
     app = make_app()
     async with app.run_test(size=(160, 50)) as pilot:
-        run, screen = await _attached(pilot)
+        run, screen = await attached_scale(pilot, redraw=True)
         pairs = screen.query_one("#pairs")
         for d in range(10):  # ten pairs transferred: the counts line names that stage from now on
             run.emit(Event("pair", f"prefill-30>decode-{d}", "transferred", "first transfer"))
@@ -110,7 +96,7 @@ async def test_pairs_moving_on_redraw_the_matrix_in_place_without_a_layout_pass(
 async def test_a_process_event_does_not_redraw_the_router_panel(monkeypatch):
     app = make_app()
     async with app.run_test(size=(160, 50)) as pilot:
-        run, screen = await _attached(pilot)
+        run, screen = await attached_scale(pilot, redraw=True)
         panel = screen.query_one(RouterPanel)
         run.emit(Event("proc.health", "decode-9", "unresponsive", "GET /health timed out"))
         _pulse(screen)  # (the first draw after the panel's styles were applied)
@@ -134,7 +120,7 @@ async def test_the_barrier_cells_are_grouped_once_per_run(monkeypatch):
     app = make_app()
     async with app.run_test(size=(160, 50)) as pilot:
         grouped = _counting(monkeypatch, barrier_grid, "group_cells")
-        run, screen = await _attached(pilot)
+        run, screen = await attached_scale(pilot, redraw=True)
         grid = screen.query_one(barrier_grid.BarrierGrid)
         assert grouped[0] == 1
         cell = next(c for c in run.state.cells.values() if c.state != "open" and c.kind == "http")
