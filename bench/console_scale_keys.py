@@ -35,10 +35,29 @@ os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="atomdeck-bench-")
 os.environ.setdefault("ATOMDECK_HOME", tempfile.mkdtemp(prefix="atomdeck-bench-home-"))
 
 
+
+def record_frames(app, what):
+    """From now on, (when, CPU time, what()) for every frame the compositor hands the driver, built into
+    what a terminal would be sent (headless, the terminal's own drawing is not in it). Returns the list
+    the frames go to and a function that stops recording."""
+    from textual._compositor import CompositorUpdate
+
+    frames: list[tuple[float, float, object]] = []
+    display = app._display
+
+    def timed_display(screen, renderable) -> None:
+        if renderable is not None and not app._batch_count:
+            if isinstance(renderable, CompositorUpdate):
+                renderable.render_segments(app.console)
+            frames.append((time.perf_counter(), time.process_time(), what()))
+        display(screen, renderable)
+
+    app._display = timed_display
+    return frames, lambda: setattr(app, "_display", display)
+
 async def main(mode: str, seconds: float) -> None:
     from atomdeck.core.run.events import Event
     from atomdeck.tui.widgets.process_table import ProcessTable
-    from textual._compositor import CompositorUpdate
 
     from tests.tui.conftest import make_app
     from tests.tui.fakescale import fake_scale_run
@@ -77,17 +96,7 @@ async def main(mode: str, seconds: float) -> None:
         t.focus()
         step = 0.05
         screen = app.screen
-        frames: list[tuple[float, float, object]] = []  # (when, CPU time, the last lines' process) per frame out
-        display = app._display
-
-        def timed_display(screen_, renderable) -> None:
-            if renderable is not None and not app._batch_count:
-                if isinstance(renderable, CompositorUpdate):
-                    renderable.render_segments(app.console)  # what a terminal would be sent
-                frames.append((time.perf_counter(), time.process_time(), screen.tail_name))
-            display(screen_, renderable)
-
-        app._display = timed_display
+        frames, _ = record_frames(app, lambda: screen.tail_name)  # the last lines' process per frame out
         c0, w0 = time.process_time(), time.monotonic()
         lat: list[float] = []  # pilot's press + pause (its idle waits included)
         key_cpu: list[float] = []
@@ -156,7 +165,6 @@ async def main(mode: str, seconds: float) -> None:
 
 
 async def node_filter(n: int, typed: str = "10.7.1") -> None:
-    from textual._compositor import CompositorUpdate
 
     from tests.tui.conftest import make_app
 
@@ -169,17 +177,7 @@ async def node_filter(n: int, typed: str = "10.7.1") -> None:
         table = app.screen.query_one("#node-table")
         await pilot.press("slash")
         await pilot.pause()
-        frames: list[tuple[float, float, object]] = []  # (when, CPU time, the table's rows when the frame went out)
-        display = app._display
-
-        def timed_display(screen, renderable) -> None:
-            if renderable is not None and not app._batch_count:
-                if isinstance(renderable, CompositorUpdate):
-                    renderable.render_segments(app.console)  # what a terminal would be sent
-                frames.append((time.perf_counter(), time.process_time(), table.shown))
-            display(screen, renderable)
-
-        app._display = timed_display
+        frames, stop_recording = record_frames(app, lambda: table.shown)  # the table's rows when each frame went out
         hays = [f"node-{i:04d} 10.{i // 250}.{i % 250}.1" for i in range(n)]
         keys = list(typed) + ["backspace"] * len(typed)
         states = [typed[:i] for i in range(1, len(typed) + 1)] + [typed[:i] for i in range(len(typed) - 1, -1, -1)]
@@ -208,7 +206,7 @@ async def node_filter(n: int, typed: str = "10.7.1") -> None:
                     print(f"{key!r} -> {state!r}: {want} rows, {times[-1] * 1000:.1f} ms, CPU {cpu[-1] * 1000:.1f} ms")
                 before = state
                 await pilot.pause(0.05)
-        app._display = display
+        stop_recording()
     times.sort()
     cpu.sort()
     p95 = times[min(len(times) - 1, int(len(times) * 0.95))]
