@@ -204,3 +204,24 @@ def _layouts(monkeypatch) -> list[str]:
 
     monkeypatch.setattr(Widget, "refresh", refresh)
     return layouts
+
+
+async def test_a_style_update_rebuilds_the_matrix_only_when_a_colour_changed(monkeypatch):
+    """Focus moving inside the run view updates the panels' styles several times per key press; the kept
+    matrix (and router panel) is drawn from the colours, so only a change of colour (a theme) builds it again.
+    (Clearing it at every style update made a rebuild land inside the first test's count now and then.)"""
+    app = make_app()
+    async with app.run_test(size=(160, 50)) as pilot:
+        run, screen = await attached_scale(pilot, redraw=True)
+        panel, router = screen.query_one("#pairs"), screen.query_one(RouterPanel)
+        collapses = _counting(monkeypatch, run_panels, "pair_matrix")
+        drawn = router.drawn
+        for widget in (panel, router):
+            widget.notify_style_update()  # what a focus change does to them
+        screen.redraw(clock=True)
+        _pulse(screen)
+        assert collapses[0] == 0 and router.drawn == drawn
+        app.theme = "textual-light"
+        await pilot.pause()
+        screen.redraw(clock=True)
+        assert collapses[0] == 1 and router.drawn == drawn + 1

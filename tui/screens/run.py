@@ -222,9 +222,10 @@ class RunScreen(Screen):
             grid.show(state, d.blocking, now)
             set_if_changed(self.query_one("#barrier-box"), "border_title",
                            "Barrier · node × port" + (f" · {grid.summary}" if grid.summary else ""))
-        if not clock and dirty - {"metrics", "cells", "pairs"}:
-            self.query_one(RouterPanel).show(state, now, node=run.plan.router.node, url=run.plan.router.url,
-                                             model=run.recipe.model.client_name)
+        router = self.query_one(RouterPanel)
+        if (not clock and dirty - {"metrics", "cells", "pairs"}) or router.outdated_colours():
+            router.show(state, now, node=run.plan.router.node, url=run.plan.router.url,
+                        model=run.recipe.model.client_name)
         if clock or dirty & {"pairs", "procs", "run"}:
             self._counted("pairs")
             # (pairs change only by pair events: their count names the matrix's input)

@@ -32,6 +32,9 @@ PAIR_WORDS = {"both_registered": "both registered", "ports_reachable": "ports re
 
 BOLD = Style(bold=True)
 DIM = Style(dim=True)
+PALETTE = ("ok", "warning", "error", "info", "prefill", "decode", "worker", "router")
+
+
 class RunPanel(Static):
     """A run view panel: `color(name)` is a severity's or a role's colour, from the theme's variables
     (an empty style for none, e.g. an unknown role)."""
@@ -51,6 +54,12 @@ class RunPanel(Static):
 
     def color(self, name: str) -> Style:
         return self.get_component_rich_style(f"run-panel--{name}", partial=True, default=Style())
+
+    def palette(self) -> tuple[Style, ...]:
+        """The colours the panel draws with: part of what a kept drawing was made from. A theme changes
+        them (and the first styles applied); a style update that changes none of them (focus moving
+        inside the view, several per key press) does not, so it costs no rebuild."""
+        return tuple(self.color(name) for name in PALETTE)
 
     def set(self, content, shape: object = None) -> bool:
         """Show `content` if it changed, re-laying the screen out only if its size may have changed
@@ -142,9 +151,10 @@ class RouterPanel(RunPanel):
         self.shown_key: object = None  # what the panel on screen was drawn from
         self.drawn = 0  # how many times it was drawn (tests: only when what it shows changed)
 
-    def notify_style_update(self) -> None:
-        super().notify_style_update()
-        self.shown_key = None
+    def outdated_colours(self) -> bool:
+        """Drawn with colours no longer the theme's (the run view asks at its clock redraw: nothing else
+        draws this panel again after a theme change until the router's state changes)."""
+        return isinstance(self.shown_key, tuple) and self.shown_key[-1] != self.palette()
 
     def show(self, state: RunState, now: float, *, node: str, url: str, model: str) -> None:
         """Drawn only when what it shows changed: its content is a Group (tables), which the panel cannot
@@ -153,7 +163,8 @@ class RouterPanel(RunPanel):
         r = state.procs.get("router")
         key = (node, url, model, state.started or now, state.status == "failed",
                None if r is None else (r.stage, tuple(r.stages.items()), r.exit_detail),
-               tuple((c.ok, c.detail) if (c := state.checks.get(name)) is not None else None for name, _ in CHECKS))
+               tuple((c.ok, c.detail) if (c := state.checks.get(name)) is not None else None for name, _ in CHECKS),
+               self.palette())
         if key == self.shown_key:
             return
         self.shown_key = key
@@ -214,10 +225,6 @@ class HandshakePanel(RunPanel):
         self.matrix_key: object = None  # what the matrix on screen was built from
         self.matrices = 0  # how many times the matrix was built (tests: only when its input changed)
 
-    def notify_style_update(self) -> None:
-        super().notify_style_update()
-        self.matrix_key = None  # (a theme: the colours are in the text)
-
     def show(self, state: RunState, now: float, version: object = None) -> None:
         """`version` names the pairs' content (the caller's count of pair events, with the state's
         identity): the matrix is a pure function of the pairs and the width, so it is built again only
@@ -232,7 +239,7 @@ class HandshakePanel(RunPanel):
         ok_style = self.color("ok")
         if len(state.pairs) >= MATRIX_FROM:
             width = max(20, self.size.width or 56)
-            key = (version, len(state.pairs), width)
+            key = (version, len(state.pairs), width, self.palette())
             if version is not None and key == self.matrix_key:
                 return
             self.matrices += 1
