@@ -13,6 +13,7 @@ the App pulses the run views at most ten times a second with what changed (see l
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime
 from functools import partial
@@ -51,13 +52,23 @@ LaunchHandler = Callable[[Assessment], Awaitable[None]]
 InventoryFetch = Callable[[Cluster, bool], Awaitable[tuple[list[Node], str]]]
 
 
+def _shown_first(module: str, name: str) -> Callable[[], Screen]:
+    """A view other than Nodes (the first frame), imported when it is first shown (the Bench view's chart
+    library, the run view's widgets: none of it is needed to draw the Nodes view)."""
+    def make() -> Screen:
+        return getattr(importlib.import_module(f"{__package__}.screens.{module}"), name)()
+
+    return make
+
+
 class ConsoleApp(App[int]):
     TITLE = "atomdeck"
     CSS_PATH = "atomdeck.tcss"
     BINDINGS = bindings.APP
     MODES: ClassVar[dict[str, str | Callable[[], Screen]]] = {
-        "nodes": NodesScreen, "layout": lambda: _layout_screen(), "preview": lambda: _preview_screen(),
-        "run": lambda: _run_screen(), "runs": lambda: _runs_screen(), "bench": lambda: _bench_screen()}
+        "nodes": NodesScreen, "layout": _shown_first("layout", "LayoutScreen"),
+        "preview": _shown_first("preview", "PreviewScreen"), "run": _shown_first("run", "RunScreen"),
+        "runs": _shown_first("runs", "RunsScreen"), "bench": _shown_first("bench", "BenchScreen")}
     PULSE_S = 0.1  # the run views redraw at most this often, however fast events and lines arrive
     # Bumped whenever core re-assessed the design (or the theme changed): the design views watch it.
     version: reactive[int] = reactive(0, init=False)
@@ -449,38 +460,6 @@ class ConsoleApp(App[int]):
         self._redraw()  # role colours come from the theme
         if self._theme_choice is None:
             _write_settings({"theme": self.theme})
-
-
-# The views other than Nodes (the first frame), each imported when first shown.
-def _layout_screen() -> Screen:
-    from .screens.layout import LayoutScreen
-
-    return LayoutScreen()
-
-
-def _preview_screen() -> Screen:
-    from .screens.preview import PreviewScreen
-
-    return PreviewScreen()
-
-
-def _run_screen() -> Screen:
-    from .screens.run import RunScreen
-
-    return RunScreen()
-
-
-def _runs_screen() -> Screen:
-    from .screens.runs import RunsScreen
-
-    return RunsScreen()
-
-
-def _bench_screen() -> Screen:
-    """The Bench view, imported when first shown (its chart library is not needed for the first frame)."""
-    from .screens.bench import BenchScreen
-
-    return BenchScreen()
 
 
 def design_name(recipe: Recipe) -> str:

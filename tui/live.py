@@ -84,7 +84,6 @@ class LiveRun:
         run.line_listeners.append(self._on_line)
         settle_gc()
 
-
     # -- core's listeners: O(1), no I/O ----------------------------------------------------------
     def _on_event(self, e: Event) -> None:
         # A metrics scrape (every 2 s per endpoint) is not a state change the views must answer at

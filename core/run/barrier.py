@@ -66,8 +66,9 @@ def checkpoint() -> None:
     """Re-raise a cancellation that asyncio.wait_for swallowed, so loops stop. On Python 3.11 wait_for runs
     its awaitable in a task of its own; when that task finishes in the same turn of the loop as the
     caller is cancelled (an Event set and a cancel together), wait_for returns the result and the
-    cancellation is lost: a loop around it runs on for good. The barrier's own waits use
-    `asyncio.timeout` (no inner task, nothing lost); this stays after awaits of code that uses wait_for."""
+    cancellation is lost: a loop around it runs on for good. Core's own waits use `asyncio.timeout` (no
+    inner task, nothing lost; tests/unit/test_cancel_races.py keeps wait_for out of core); this stays after
+    awaits that reach libraries which still use wait_for (asyncssh, for a node's listening table over ssh)."""
     task = asyncio.current_task()
     if task is not None and task.cancelling():
         raise asyncio.CancelledError
