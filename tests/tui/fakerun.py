@@ -4,6 +4,7 @@ simulator's own lines. Nothing is started; `attach(run, watch=False)` shows it."
 
 from __future__ import annotations
 
+import os
 from datetime import datetime
 
 from atomdeck.core.design.workspace import load_workspace
@@ -208,6 +209,8 @@ def new_run(plan, processes, run_id: str, created: float, status: str, names: tu
     `meta` added; recipe, cluster, selection, inventory), and a core Run over it in its first state:
     every process, barrier cell and prefill/decode pair (`pairs` instead, if given). `names`: the
     recipe's and the cluster's names in run.json (default: the plan's)."""
+    if not os.environ.get("XDG_STATE_HOME"):  # made-up runs never land among the user's real ones
+        raise RuntimeError("fake runs write run directories: set XDG_STATE_HOME to a scratch directory first")
     rd = RunDir.create(run_id)
     recipe_name, cluster_name = names or (plan.recipe.name, plan.cluster.name)
     m = RunDir.initial_meta(run_id, recipe_name, cluster_name, "local")
