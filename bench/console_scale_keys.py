@@ -61,10 +61,8 @@ async def main(mode: str, seconds: float) -> None:
     from atomdeck.core.run.events import Event
     from atomdeck.tui.widgets.process_table import ProcessTable
 
-    from tests.tui.conftest import make_app
+    from tests.tui.conftest import FIXED_TIME, make_app
     from tests.tui.fakescale import fake_scale_run
-
-    from tests.tui.conftest import FIXED_TIME
 
     # the console's clock moves as a real one (the run view's times in stage change every second, as on a real
     # run); FIXED_CLOCK=1: frozen at the tests' time (the measurements before 2026-12-02's "idle128")
