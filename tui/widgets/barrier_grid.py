@@ -86,6 +86,7 @@ class BarrierGrid(VirtualTable):
         self._grouped_n = 0
         self._grouping: tuple[list[tuple[str, str]], list[str], dict[str, list[list[CellState]]]] = ([], [], {})
         self.groupings = 0  # how many times the cells were grouped (tests: once per run's state)
+        self._cell_styles: dict[str, Style] = {}
 
     def on_key(self) -> None:
         self.touched = True
@@ -135,6 +136,7 @@ class BarrierGrid(VirtualTable):
         self.quiet = state.status in ("stopping", "stopped")  # closed ports are the point of a teardown
         self.timed_out = state.status == "failed"  # a cell still not open when the run gave up: timed out
         start = state.started or now
+        self._cell_styles = {}  # the cells' colours, read once a redraw (each read builds a Style: 256 cells a second)
         cell = self._cell
         rows = {n: [cell(members, now, start) for members in by_node[n]] for n in nodes}
         keys = [k for k, _ in columns]
@@ -186,10 +188,17 @@ class BarrierGrid(VirtualTable):
             var = "mixed"
             text = Text(f"◐ {opened}/{len(members)} open {since}")
         if blocking:
-            text.stylize(self.get_component_rich_style("barrier-grid--blocking", partial=True))
+            text.stylize(self._style("blocking"))
             text = Text("▌") + text
         elif var == "muted" or self.quiet:
             text.stylize("dim")
         elif var:
-            text.stylize(self.get_component_rich_style(f"barrier-grid--{var}", partial=True, default=Style()))
+            text.stylize(self._style(var))
         return text
+
+    def _style(self, var: str) -> Style:
+        style = self._cell_styles.get(var)
+        if style is None:
+            style = self._cell_styles[var] = self.get_component_rich_style(f"barrier-grid--{var}", partial=True,
+                                                                      default=Style())
+        return style
