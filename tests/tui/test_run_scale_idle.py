@@ -171,3 +171,27 @@ async def test_pairs_changing_fast_build_the_matrix_at_its_rate_and_the_last_cha
         await pilot.pause()
         screen.redraw(clock=True)
         assert panel.matrices == built + 2
+
+
+async def test_a_process_event_between_two_seconds_draws_no_barrier_cell(monkeypatch):
+    """At 128 nodes a process's event (several a second) redrew the grid's 256 cells though none changed: a cell
+    shows its state and since when (whole seconds); the grid draws again when a cell, the blocking ones or the
+    second shown changed."""
+    clock = Clock()
+    app = make_app(clock=clock)
+    async with app.run_test(size=(160, 50)) as pilot:
+        run, screen = await attached_scale(pilot, redraw=True)
+        grid = screen.query_one(BarrierGrid)
+        cells = _counting(monkeypatch, grid, "_cell")
+        for i in range(3):
+            run.emit(Event("proc.health", f"decode-{i}", "unresponsive", "GET /health timed out"))
+            _pulse(screen)
+        assert screen.redraws["cells"] >= 3 and cells[0] == 0
+        cell = next(c for c in run.state.cells.values() if c.state != "open" and c.kind == "http")
+        run.emit(Event("cell", cell.key, "open"))
+        _pulse(screen)
+        assert cells[0] > 0 and grid.get_cell(cell.node, f"http:{cell.port}").plain.startswith("● open")
+        drawn = cells[0]
+        clock.tick()  # the next second: every "since" moved on
+        screen.redraw(clock=True)
+        assert cells[0] > drawn

@@ -220,7 +220,7 @@ class RunScreen(Screen):
         grid = self.query_one(BarrierGrid)
         if clock or dirty & {"cells", "procs", "run"}:
             self._counted("cells")
-            grid.show(state, d.blocking, now)
+            grid.show(state, d.blocking, now, version=live.changes.get("cells", 0))
             set_if_changed(self.query_one("#barrier-box"), "border_title",
                            "Barrier · node × port" + (f" · {grid.summary}" if grid.summary else ""))
         router = self.query_one(RouterPanel)
