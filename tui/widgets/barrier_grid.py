@@ -99,6 +99,7 @@ class BarrierGrid(VirtualTable):
     def notify_style_update(self) -> None:
         super().notify_style_update()
         self._cell_cache.clear()  # (a theme: the colours are in the cells)
+        self._cell_styles = {}  # (each read walks the styles and builds a Style: read once until they change)
         self._shown = None
 
     @property
@@ -149,7 +150,6 @@ class BarrierGrid(VirtualTable):
         self.quiet = state.status in ("stopping", "stopped")  # closed ports are the point of a teardown
         self.timed_out = state.status == "failed"  # a cell still not open when the run gave up: timed out
         start = state.started or now
-        self._cell_styles = {}  # the cells' colours, read once a redraw (each read builds a Style: 256 cells a second)
         cell = self._cell
         rows = {n: [cell(members, now, start) for members in by_node[n]] for n in nodes}
         keys = [k for k, _ in columns]
@@ -177,22 +177,28 @@ class BarrierGrid(VirtualTable):
             members = [c if c.state not in ("waiting", "refused") else
                        CellState(c.node, c.host, c.port, c.role, c.kind, c.owner, "timeout", c.since, c.was_open)
                        for c in members]
-        states = {c.state for c in members}
-        newest = max((c.since for c in members), default=0.0) or start
-        since = ago(now - newest)
-        s = int(max(0.0, now - newest))  # (ago shows seconds for an hour, then minutes)
+        if len(members) == 1:
+            c = members[0]
+            newest = c.since or start
+            shown_states: tuple[str, ...] = (c.state,)
+            blocking = c.key in self.blocking
+        else:
+            newest = max([c.since for c in members]) or start
+            shown_states = tuple([c.state for c in members])
+            blocking = bool(self.blocking) and any(c.key in self.blocking for c in members)
+        s = int(now - newest) if now > newest else 0  # (ago shows seconds for an hour, then minutes)
+        since = ago(s)
         change = newest + s + 1 if s < 3600 else newest + (s // 60 + 1) * 60
         if change < self._next_change:
             self._next_change = change
-        blocking = any(c.key in self.blocking for c in members)
         # the same cell as last time when what it shows did not change: no Text built, and the row is found
         # unchanged by identity (128 rows are redrawn every second)
-        key = (tuple(c.state for c in members), since, blocking, self.quiet)
+        key = (shown_states, since, blocking, self.quiet)
         where = (members[0].node, members[0].port)
         hit = self._cell_cache.get(where)
         if hit is not None and hit[0] == key:
             return hit[1]
-        text = self._new_cell(members, states, since, blocking)
+        text = self._new_cell(members, set(shown_states), since, blocking)
         self._cell_cache[where] = (key, text)
         return text
 

@@ -40,6 +40,7 @@ class ProcessTable(VirtualTable):
         super().__init__(id=id, zebra_stripes=True)
         self.touched = False  # the operator moved the cursor: stop following the diagnosis's culprit
         self._rows: dict[str, tuple[tuple, list[Text]]] = {}  # name -> (what the row shows, its cells)
+        self._colors: dict[str, Style] = {}  # a colour's name -> its style, until the styles change
 
     def on_key(self) -> None:
         self.touched = True
@@ -53,6 +54,7 @@ class ProcessTable(VirtualTable):
     def notify_style_update(self) -> None:
         super().notify_style_update()
         self._rows.clear()  # (a theme: the colours are in the cells)
+        self._colors.clear()
 
     @property
     def names(self) -> list[str]:
@@ -67,7 +69,7 @@ class ProcessTable(VirtualTable):
 
     def show(self, state: RunState, now: float, pids: dict[str, int | None]) -> None:
         """Every process as a row; rows whose cells did not change are not drawn again."""
-        colors: dict[str, Style] = {}  # (read once a redraw: each read walks the styles, 4 a row at 129 rows)
+        colors = self._colors  # (each read walks the styles and builds a Style: 4 a row at 129 rows every second)
 
         def color(name: str) -> Style:
             c = colors.get(name)

@@ -54,7 +54,20 @@ class RunPanel(Static):
     """
 
     def color(self, name: str) -> Style:
-        return self.get_component_rich_style(f"run-panel--{name}", partial=True, default=Style())
+        return self.component_style(f"run-panel--{name}")
+
+    def component_style(self, name: str) -> Style:
+        """A component class's style, read once until the styles change (a read walks the styles and builds a
+        Style: the panels drew with ~20 of them at every redraw)."""
+        cache = self.__dict__.setdefault("_run_panel_styles", {})
+        style = cache.get(name)
+        if style is None:
+            style = cache[name] = self.get_component_rich_style(name, partial=True, default=Style())
+        return style
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self.__dict__.pop("_run_panel_styles", None)
 
     def palette(self) -> tuple[Style, ...]:
         """The colours the panel draws with: part of what a kept drawing was made from. A theme changes
@@ -127,8 +140,7 @@ class RunHeader(RunPanel):
         status = state.status
         out = Text()
         badge = (Style(bold=True, reverse=True) if status == "stopped" else
-                 BOLD + self.get_component_rich_style(f"run-header--{status if status in STATUSES else 'other'}",
-                                                      partial=True))
+                 BOLD + self.component_style(f"run-header--{status if status in STATUSES else 'other'}"))
         out.append(f" {status.upper()} ", style=badge)
         out.append("  ")
         out.append(state.readiness() or "no processes", style="bold")
