@@ -5,12 +5,13 @@ the process table) every second. Prints console CPU (share of a core) and key pr
 press + pause (its idle waits of >= 20 ms each included), and from the key to the first frame the compositor hands
 the driver with the next process's last lines (as `filter` does).
 
-    ATOMDECK_BENCH_SECONDS=20 .venv/bin/python bench/console_scale_keys.py [serving|coming-up|version]
+    ATOMDECK_BENCH_SECONDS=20 .venv/bin/python bench/console_scale_keys.py [serving|idle|coming-up|version]
     .venv/bin/python bench/console_scale_keys.py filter [nodes]
 
 `coming-up` sends no metrics but moves the 4,096 handshake pairs from waiting to transferred, 40 pair events
 every 50 ms (~800 a second, what a 64P64D handshake sends while it comes up), besides the health events and
-log lines. `version` is the cruder load of the first measurement: only `live.version += 1` every 0.25 s.
+log lines. `idle` is `serving` with nobody typing and no health events (a run that merely serves: what the
+console costs on its own, its clock redraw and the scrapes). `version` is the cruder load of the first measurement: only `live.version += 1` every 0.25 s.
 `filter` types a filter into the Nodes view of a 2,000-node cluster (read offline) one key at a time and
 deletes it again, three times (bench/console.py filter's keys), and times each keystroke to the first frame
 whose table shows the new matching rows: the frame the compositor hands to the driver (headless, so the
@@ -25,6 +26,7 @@ import os
 import sys
 import tempfile
 import time
+from datetime import timedelta
 from pathlib import Path
 
 from common import big_cluster
@@ -59,10 +61,14 @@ async def main(mode: str, seconds: float) -> None:
     from atomdeck.core.run.events import Event
     from atomdeck.tui.widgets.process_table import ProcessTable
 
-    from tests.tui.conftest import make_app
+    from tests.tui.conftest import FIXED_TIME, make_app
     from tests.tui.fakescale import fake_scale_run
 
-    app = make_app()
+    # the console's clock moves as a real one (the run view's times in stage change every second, as on a real
+    # run); FIXED_CLOCK=1: frozen at the tests' time (the measurements before 2026-12-02's "idle128")
+    began = time.time()
+    app = make_app(clock=(lambda: FIXED_TIME) if os.environ.get("FIXED_CLOCK")
+                   else (lambda: FIXED_TIME + timedelta(seconds=time.time() - began)))
     async with app.run_test(size=(160, 50)) as pilot:
         await app.workers.wait_for_complete()
         run = fake_scale_run()
@@ -88,7 +94,7 @@ async def main(mode: str, seconds: float) -> None:
                                                        "requests_waiting": 0, "kv_cache_usage_ratio": 0.3,
                                                        "req_s": 3.0}))
 
-        if mode == "serving":  # metrics for every endpoint before measuring: the Serving panel is full
+        if mode in ("serving", "idle"):  # metrics for every endpoint before measuring: the Serving panel is full
             for n in names:
                 scrape(n, 0)
         await pilot.pause()
@@ -119,14 +125,14 @@ async def main(mode: str, seconds: float) -> None:
                 else:  # 129 endpoints every 2 s = ~3 per 50 ms step
                     for j in range(3):
                         scrape(names[(3 * i + j) % len(names)], i)
-                if i % 5 == 0:  # a state change every 0.25 s
+                if i % 5 == 0 and mode != "idle":  # a state change every 0.25 s
                     w = workers[i % len(workers)]
                     run.emit(Event("proc.health", w, "unresponsive" if (i // 5) % 2 else "ok", "GET /health"))
                 for w in workers[i % 8::8][:8]:  # log lines
                     for f in list(run.line_listeners):
                         f(w, f"[atom] step {i} decode batch 32 tok/s 51.2")
             await asyncio.sleep(step)
-            if i % 20 == 10:
+            if i % 20 == 10 and mode != "idle":
                 was = screen.tail_name
                 frames.clear()
                 f0 = time.perf_counter()
@@ -145,6 +151,10 @@ async def main(mode: str, seconds: float) -> None:
             i += 1
         cpu_s = time.process_time() - c0
         cpu = cpu_s / (time.monotonic() - w0)
+        if not lat:  # idle: nobody typed
+            print(f"{mode}: console cpu {cpu * 100:.1f}% of a core; CPU per 50 ms step of load {cpu_s / i * 1000:.1f} ms"
+                  f" ({i} steps); {len(frames)} frames")
+            return
         lat.sort()
         key_cpu.sort()
         p95 = lat[min(len(lat) - 1, int(len(lat) * 0.95))]

@@ -63,6 +63,7 @@ class RunScreen(Screen):
         self.redraw_cost = 0.0  # seconds the last full redraw took
         self.next_redraw_at = 0.0  # redraws are spaced so they never take more than REDRAW_SHARE of the loop
         self._deferred = False
+        self._pairs_timer = False  # a timer will draw the pairs' change the panel's rate held back
 
     @property
     def console(self) -> ConsoleApp:
@@ -219,7 +220,7 @@ class RunScreen(Screen):
         grid = self.query_one(BarrierGrid)
         if clock or dirty & {"cells", "procs", "run"}:
             self._counted("cells")
-            grid.show(state, d.blocking, now)
+            grid.show(state, d.blocking, now, version=live.changes.get("cells", 0))
             set_if_changed(self.query_one("#barrier-box"), "border_title",
                            "Barrier · node × port" + (f" · {grid.summary}" if grid.summary else ""))
         router = self.query_one(RouterPanel)
@@ -229,7 +230,7 @@ class RunScreen(Screen):
         if clock or dirty & {"pairs", "procs", "run"}:
             self._counted("pairs")
             # (pairs change only by pair events: their count names the matrix's input)
-            self.query_one(HandshakePanel).show(state, now, version=(id(state), live.changes.get("pairs", 0)))
+            self._show_pairs(live, now)
             set_if_changed(self.query_one("#pairs-box"), "border_subtitle",
                            PAIR_LEGEND if len(state.pairs) >= MATRIX_FROM else "")
         if "metrics" in dirty or live.metrics_version != self.metrics_drawn or (not clock and dirty & {"procs", "run"}):
@@ -246,6 +247,19 @@ class RunScreen(Screen):
             self._draw_tail()
         self.redraw_cost = time.perf_counter() - started
         self.next_redraw_at = time.monotonic() + self.redraw_cost * (1 - REDRAW_SHARE) / REDRAW_SHARE
+
+    def _show_pairs(self, live: LiveRun, now: float) -> None:
+        version = (id(live.state), live.changes.get("pairs", 0))
+        wait = self.query_one(HandshakePanel).show(live.state, now, version=version)
+        if wait and not self._pairs_timer:  # pairs changing fast: the change is drawn when the panel's rate allows
+            self._pairs_timer = True
+            self.set_timer(wait, self._pairs_due)
+
+    def _pairs_due(self) -> None:
+        self._pairs_timer = False
+        live = self.console.live
+        if live is not None and live is self.shown and self.is_mounted and self._visible():
+            self._show_pairs(live, self.console.now())
 
     def _draw_tail(self) -> None:
         live = self.console.live

@@ -86,6 +86,9 @@ class BarrierGrid(VirtualTable):
         self._grouped_n = 0
         self._grouping: tuple[list[tuple[str, str]], list[str], dict[str, list[list[CellState]]]] = ([], [], {})
         self.groupings = 0  # how many times the cells were grouped (tests: once per run's state)
+        self._cell_styles: dict[str, Style] = {}
+        self._shown: object = None  # what the cells on screen were drawn from (show)
+        self._next_change = 0.0
 
     def on_key(self) -> None:
         self.touched = True
@@ -96,6 +99,8 @@ class BarrierGrid(VirtualTable):
     def notify_style_update(self) -> None:
         super().notify_style_update()
         self._cell_cache.clear()  # (a theme: the colours are in the cells)
+        self._cell_styles = {}  # (each read walks the styles and builds a Style: read once until they change)
+        self._shown = None
 
     @property
     def summary(self) -> str:
@@ -129,9 +134,19 @@ class BarrierGrid(VirtualTable):
             self.groupings += 1
         return self._grouping
 
-    def show(self, state: RunState, blocking: list[CellState], now: float) -> None:
+    def show(self, state: RunState, blocking: list[CellState], now: float, version: object = None) -> None:
+        """`version` names the cells' content (the caller's count of cell events): with it, a redraw before
+        any cell's "since" moves on to its next second, with the same cells and the same blocking ones (a
+        process's event between two clock ticks: several a second at 128 nodes), draws nothing."""
         columns, nodes, by_node = self._grouped(state)
-        self.blocking = {c.key for c in blocking}
+        blocking_keys = {c.key for c in blocking}
+        shown = (version, id(state.cells), frozenset(blocking_keys), state.status, state.started, len(nodes))
+        if version is not None and state.started and shown == self._shown and now < self._next_change:
+            self._follow(nodes)
+            return
+        self._shown = shown
+        self._next_change = float("inf")  # the first moment a cell's "since" shows another value (_cell)
+        self.blocking = blocking_keys
         self.quiet = state.status in ("stopping", "stopped")  # closed ports are the point of a teardown
         self.timed_out = state.status == "failed"  # a cell still not open when the run gave up: timed out
         start = state.started or now
@@ -149,6 +164,9 @@ class BarrierGrid(VirtualTable):
             if n not in names:
                 names[n] = Text(n, style="bold")
         self.set_rows((n, [names[n], *rows[n]]) for n in nodes)  # the cursor stays on its node
+        self._follow(nodes)
+
+    def _follow(self, nodes: list[str]) -> None:
         if len(nodes) > MANY and not self.touched and self.not_open and not self.quiet:
             self.select_key(self.not_open[0])
 
@@ -159,18 +177,28 @@ class BarrierGrid(VirtualTable):
             members = [c if c.state not in ("waiting", "refused") else
                        CellState(c.node, c.host, c.port, c.role, c.kind, c.owner, "timeout", c.since, c.was_open)
                        for c in members]
-        states = {c.state for c in members}
-        newest = max((c.since for c in members), default=0.0) or start
-        since = ago(now - newest)
-        blocking = any(c.key in self.blocking for c in members)
+        if len(members) == 1:
+            c = members[0]
+            newest = c.since or start
+            shown_states: tuple[str, ...] = (c.state,)
+            blocking = c.key in self.blocking
+        else:
+            newest = max([c.since for c in members]) or start
+            shown_states = tuple([c.state for c in members])
+            blocking = bool(self.blocking) and any(c.key in self.blocking for c in members)
+        s = int(now - newest) if now > newest else 0  # (ago shows seconds for an hour, then minutes)
+        since = ago(s)
+        change = newest + s + 1 if s < 3600 else newest + (s // 60 + 1) * 60
+        if change < self._next_change:
+            self._next_change = change
         # the same cell as last time when what it shows did not change: no Text built, and the row is found
         # unchanged by identity (128 rows are redrawn every second)
-        key = (tuple(c.state for c in members), since, blocking, self.quiet)
+        key = (shown_states, since, blocking, self.quiet)
         where = (members[0].node, members[0].port)
         hit = self._cell_cache.get(where)
         if hit is not None and hit[0] == key:
             return hit[1]
-        text = self._new_cell(members, states, since, blocking)
+        text = self._new_cell(members, set(shown_states), since, blocking)
         self._cell_cache[where] = (key, text)
         return text
 
@@ -186,10 +214,17 @@ class BarrierGrid(VirtualTable):
             var = "mixed"
             text = Text(f"◐ {opened}/{len(members)} open {since}")
         if blocking:
-            text.stylize(self.get_component_rich_style("barrier-grid--blocking", partial=True))
+            text.stylize(self._style("blocking"))
             text = Text("▌") + text
         elif var == "muted" or self.quiet:
             text.stylize("dim")
         elif var:
-            text.stylize(self.get_component_rich_style(f"barrier-grid--{var}", partial=True, default=Style()))
+            text.stylize(self._style(var))
         return text
+
+    def _style(self, var: str) -> Style:
+        style = self._cell_styles.get(var)
+        if style is None:
+            style = self._cell_styles[var] = self.get_component_rich_style(f"barrier-grid--{var}", partial=True,
+                                                                      default=Style())
+        return style

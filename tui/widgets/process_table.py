@@ -17,6 +17,7 @@ BOLD = Style(bold=True)
 NO_STYLE = Style()
 COLUMNS = [("name", "PROCESS"), ("role", "ROLE"), ("node", "NODE"), ("stage", "STAGE"), ("bar", "PROGRESS"),
            ("since", "IN STAGE"), ("alive", "ALIVE / EXIT"), ("pid", "PID")]
+SINCE = 5  # the time-in-stage cell's column
 
 
 class ProcessTable(VirtualTable):
@@ -39,6 +40,7 @@ class ProcessTable(VirtualTable):
         super().__init__(id=id, zebra_stripes=True)
         self.touched = False  # the operator moved the cursor: stop following the diagnosis's culprit
         self._rows: dict[str, tuple[tuple, list[Text]]] = {}  # name -> (what the row shows, its cells)
+        self._colors: dict[str, Style] = {}  # a colour's name -> its style, until the styles change
 
     def on_key(self) -> None:
         self.touched = True
@@ -52,6 +54,7 @@ class ProcessTable(VirtualTable):
     def notify_style_update(self) -> None:
         super().notify_style_update()
         self._rows.clear()  # (a theme: the colours are in the cells)
+        self._colors.clear()
 
     @property
     def names(self) -> list[str]:
@@ -66,25 +69,41 @@ class ProcessTable(VirtualTable):
 
     def show(self, state: RunState, now: float, pids: dict[str, int | None]) -> None:
         """Every process as a row; rows whose cells did not change are not drawn again."""
-        self.set_rows((p.name, self._row(p, state, now, pids.get(p.name))) for p in state.procs.values())
+        colors = self._colors  # (each read walks the styles and builds a Style: 4 a row at 129 rows every second)
 
-    def _row(self, p: ProcState, state: RunState, now: float, pid: int | None) -> list[Text]:
+        def color(name: str) -> Style:
+            c = colors.get(name)
+            if c is None:
+                c = colors[name] = self._color(name)
+            return c
+
+        self.set_rows((p.name, self._row(p, state, now, pids.get(p.name), color)) for p in state.procs.values())
+
+    def _row(self, p: ProcState, state: RunState, now: float, pid: int | None, color=None) -> list[Text]:
         """The row's cells; the same list as last time when nothing it shows changed (the table then finds
-        it unchanged by identity: a 129-row redraw builds no Text for the rows that did not change)."""
-        styles = tuple(self._color(name) for name in ("error", "ok", "warning", p.role))
+        it unchanged by identity: a 129-row redraw builds no Text for the rows that did not change). When
+        only the time in stage changed (the clock, every second for every row) only that cell is new: the
+        others are the same Texts, which the table does not lay out again."""
+        color = color or self._color
+        styles = tuple(color(name) for name in ("error", "ok", "warning", p.role))
         since = ago(now - p.since) if p.since else ""
         stages = tuple(p.stages) if p.stage in TERMINAL else ()
-        key = (p.role, p.node, p.stage, p.up_stage, stages, since, p.alive, p.exit_code, p.exit_detail,
+        key = (p.role, p.node, p.stage, p.up_stage, stages, p.alive, p.exit_code, p.exit_detail,
                state.teardown.get(p.name), pid, styles)
         hit = self._rows.get(p.name)
         if hit is not None and hit[0] == key:
-            return hit[1]
-        cells = self._cells(p, state, now, pid)
+            if hit[1][SINCE].plain == since:
+                return hit[1]
+            cells = list(hit[1])
+            cells[SINCE] = _since(since)
+        else:
+            cells = self._cells(p, state, now, pid, styles)
         self._rows[p.name] = (key, cells)
         return cells
 
-    def _cells(self, p: ProcState, state: RunState, now: float, pid: int | None) -> list[Text]:
-        err, ok, warn, color = (self._color(name) for name in ("error", "ok", "warning", p.role))
+    def _cells(self, p: ProcState, state: RunState, now: float, pid: int | None,
+               styles: tuple[Style, ...] | None = None) -> list[Text]:
+        err, ok, warn, color = styles or tuple(self._color(name) for name in ("error", "ok", "warning", p.role))
         stage_style = {"failed": BOLD + err, "stopped": "dim", "serving": ok, "unresponsive": BOLD + err,
                        "stalled": BOLD + warn}.get(p.stage, "")
         since = ago(now - p.since) if p.since else ""
@@ -103,12 +122,16 @@ class ProcessTable(VirtualTable):
             alive = Text({"stopping": "… stopping", "gone": "■ gone", "left": "× STILL RUNNING"}.get(word, word),
                          style={"gone": "dim", "left": BOLD + err}.get(word, warn))
         return [Text(p.name, style=BOLD + color), Text(p.role, style=color), Text(p.node), Text(words(p.stage),
-                style=stage_style), _bar(p), Text(since, justify="right"), alive,
+                style=stage_style), _bar(p), _since(since), alive,
                 Text(str(pid) if pid else "", style="dim", justify="right")]
 
     def _color(self, name: str) -> Style:
         """A severity's or a role's colour (an empty style for none)."""
         return self.get_component_rich_style(f"process-table--{name}", partial=True, default=NO_STYLE)
+
+
+def _since(since: str) -> Text:
+    return Text(since, justify="right")
 
 
 def _bar(p: ProcState) -> Text:

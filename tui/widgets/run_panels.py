@@ -4,6 +4,7 @@ the Mooncake handshake per prefill->decode pair, node connections, and (tail_pan
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 
 from rich.cells import cell_len
@@ -53,7 +54,20 @@ class RunPanel(Static):
     """
 
     def color(self, name: str) -> Style:
-        return self.get_component_rich_style(f"run-panel--{name}", partial=True, default=Style())
+        return self.component_style(f"run-panel--{name}")
+
+    def component_style(self, name: str) -> Style:
+        """A component class's style, read once until the styles change (a read walks the styles and builds a
+        Style: the panels drew with ~20 of them at every redraw)."""
+        cache = self.__dict__.setdefault("_run_panel_styles", {})
+        style = cache.get(name)
+        if style is None:
+            style = cache[name] = self.get_component_rich_style(name, partial=True, default=Style())
+        return style
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self.__dict__.pop("_run_panel_styles", None)
 
     def palette(self) -> tuple[Style, ...]:
         """The colours the panel draws with: part of what a kept drawing was made from. A theme changes
@@ -64,6 +78,9 @@ class RunPanel(Static):
     def set(self, content, shape: object = None) -> bool:
         """Show `content` if it changed, re-laying the screen out only if its size may have changed
         (the clock redraws these panels every second: see quiet.py; for Text, fit_shape)."""
+        last = getattr(self, "_quiet_content", None)
+        if isinstance(content, Text) and type(last) is Text and last == content:
+            return False  # (before measuring its shape: most redraws change nothing in most panels)
         width = self.size.width
         if shape is None and isinstance(content, Text) and width > 0:
             shape = fit_shape(content, width)
@@ -83,8 +100,21 @@ def fit_shape(text: Text, width: int) -> object:
     re-laid the whole screen out (~50 ms) though the panels kept their size."""
     if width <= 0:
         return None
-    rows = sum(1 if cell_len(line) <= width else len(Content(line).wrap(width)) for line in text.plain.split("\n"))
+    rows = 0
+    for line in text.plain.split("\n"):
+        if (len(line) <= width and line.isascii()) or cell_len(line) <= width:
+            rows += 1
+            continue
+        n = _WRAPPED.get((line, width))
+        if n is None:  # (the same long lines come back at every redraw: the diagnosis, a failing pair)
+            if len(_WRAPPED) > 512:
+                _WRAPPED.clear()
+            n = _WRAPPED[(line, width)] = len(Content(line).wrap(width))
+        rows += n
     return width, rows
+
+
+_WRAPPED: dict[tuple[str, int], int] = {}  # (line, width) -> rows it wraps into (fit_shape)
 
 
 # The status badge: white on the status's theme colour; stopped in reverse.
@@ -110,8 +140,7 @@ class RunHeader(RunPanel):
         status = state.status
         out = Text()
         badge = (Style(bold=True, reverse=True) if status == "stopped" else
-                 BOLD + self.get_component_rich_style(f"run-header--{status if status in STATUSES else 'other'}",
-                                                      partial=True))
+                 BOLD + self.component_style(f"run-header--{status if status in STATUSES else 'other'}"))
         out.append(f" {status.upper()} ", style=badge)
         out.append("  ")
         out.append(state.readiness() or "no processes", style="bold")
@@ -220,33 +249,61 @@ class RouterPanel(RunPanel):
 class HandshakePanel(RunPanel):
     """The Mooncake KV handshake per prefill->decode pair, and each worker's kv_role."""
 
+    # While pairs keep changing (a 64P64D handshake sends ~800 pair events a second) the matrix is built at
+    # most MATRIX_RATE times a second after a burst of MATRIX_BURST: each build collapses 4,096 pairs and
+    # the panel's new text is drawn again (together ~30 % of the console coming up, at every 0.1 s redraw),
+    # and a key press waited behind them. A change not built yet is built when a build is allowed again
+    # (`show` says when: the run view sets a timer). A new width or theme is built at once.
+    MATRIX_RATE = 2.0
+    MATRIX_BURST = 4.0
+
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.matrix_key: object = None  # what the matrix on screen was built from
         self.matrices = 0  # how many times the matrix was built (tests: only when its input changed)
+        self.deferred = 0  # how many times a change of the pairs waited for the rate (tests)
+        self._tokens = self.MATRIX_BURST
+        self._tokens_at = time.monotonic()
 
-    def show(self, state: RunState, now: float, version: object = None) -> None:
+    def _may_build(self) -> float:
+        """0 if a build of changed pairs is allowed now (and counts it), else the seconds until one is."""
+        t = time.monotonic()
+        self._tokens = min(self.MATRIX_BURST, self._tokens + (t - self._tokens_at) * self.MATRIX_RATE)
+        self._tokens_at = t
+        if self._tokens >= 1.0:
+            self._tokens -= 1.0
+            return 0.0
+        return (1.0 - self._tokens) / self.MATRIX_RATE
+
+    def show(self, state: RunState, now: float, version: object = None) -> float:
         """`version` names the pairs' content (the caller's count of pair events, with the state's
         identity): the matrix is a pure function of the pairs and the width, so it is built again only
         when either changed (at 64P64D collapsing 4,096 pairs every second was the run view's biggest
-        cost). None: always built."""
+        cost). None: always built. Returns 0, or the seconds after which a change of the pairs not drawn
+        yet (the rate above) may be: call again then."""
         out = Text()
         if not state.pairs:
             self.matrix_key = None
             out.append("aggregate workers: no KV transfer between workers", style="dim")
             self.set(out)
-            return
+            return 0.0
         ok_style = self.color("ok")
         if len(state.pairs) >= MATRIX_FROM:
             width = max(20, self.size.width or 56)
             key = (version, len(state.pairs), width, self.palette())
             if version is not None and key == self.matrix_key:
-                return
+                return 0.0
+            old = self.matrix_key
+            if version is not None and isinstance(old, tuple) and old[1:] == key[1:]:  # only pairs changed
+                wait = self._may_build()
+                if wait:
+                    self.deferred += 1
+                    return wait
             self.matrices += 1
             out.append_text(pair_matrix(state, self.color, width))
             self.set(out)
             self.matrix_key = key
-            return
+            return 0.0
         self.matrix_key = None
         for i, pr in enumerate(state.pairs.values()):
             if i:
@@ -276,6 +333,7 @@ class HandshakePanel(RunPanel):
                 out.append("  ")
         out.rstrip()
         self.set(out)
+        return 0.0
 
 
 class NodesPanel(RunPanel):

@@ -109,6 +109,7 @@ class ServingRows(Widget):
         super().__init__(id=id)
         self.texts: list[Text] = []
         self._strips: dict[int, Strip] = {}
+        self._style: Style | None = None  # the widget's own style as of its last style update
 
     def set_rows(self, texts: list[Text]) -> None:
         grew = len(texts) != len(self.texts)
@@ -130,13 +131,20 @@ class ServingRows(Widget):
     def on_resize(self) -> None:
         self._strips.clear()
 
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._strips.clear()
+        self._style = None
+
     def render_line(self, y: int) -> Strip:
         strip = self._strips.get(y)
         if strip is None:
             width = self.size.width
+            style = self._style
+            if style is None:  # (walks the DOM: once until the styles change, not once a line)
+                style = self._style = self.rich_style
             if y >= len(self.texts):
-                return Strip.blank(width, self.rich_style)
-            style = self.rich_style  # (walks the DOM: once a line)
+                return Strip.blank(width, style)
             strip = Strip(self.texts[y].render(self.app.console), self.texts[y].cell_len)
             strip = strip.adjust_cell_length(width, style).apply_style(style)
             self._strips[y] = strip
@@ -169,6 +177,7 @@ class ServingPanel(Vertical):
         self.rows: list[str] = []
         self.lines: dict[str, tuple[tuple, Text]] = {}  # name -> (what the line shows, the line)
         self._state: RunState | None = None
+        self._memo: dict[str, tuple[dict, tuple, tuple]] = {}  # name -> (its metrics dict, (sick, role), row)
         self.drawn = 0  # how many times the rows were redrawn (tests: a redraw happens only on a change)
 
     def compose(self):
@@ -180,6 +189,7 @@ class ServingPanel(Vertical):
         self.seen.clear()
         self.rows = []
         self.lines = {}
+        self._memo = {}
         self._state = None
         self.query_one(ServingRows).set_rows([])
 
@@ -189,7 +199,7 @@ class ServingPanel(Vertical):
 
     def spark_data(self, name: str) -> list[float]:
         """The points an endpoint's sparkline shows."""
-        return list(self.lines[name][0][1]) if name in self.lines else []
+        return list(self.lines[name][0][0][2]) if name in self.lines else []
 
     def on_resize(self) -> None:
         self.lines = {}  # cut again at the new width
@@ -223,25 +233,35 @@ class ServingPanel(Vertical):
         changed = False
         width = self.size.width  # lines are cut here with an ellipsis (0 before the first layout: uncut)
         rows = []
+        memo = self._memo
         for name in self.rows:
             p = state.procs[name]
             m = state.metrics.get(name, {})
+            sick = p.stage in HEALTH_STAGES
+            hit = memo.get(name)
+            if hit is not None and hit[0] is m and hit[1] == (sick, p.role):
+                rows.append(hit[2])  # the same scrape as drawn (core replaces an endpoint's dict at each scrape)
+                continue
             core_hist = (m.get("history") or {}).get(rate_key(p.role, m)[0])
             data = list(core_hist) if core_hist else list(self.history.get(name, [0.0]))
             value, unit = rate_of(name, p.role, m)
             words = f"{value:,.0f} {unit}" if unit != "active" else f"{value:.0f} active"
             if unit == "req/s":
                 words = f"{value:.2f} {unit}"
-            rows.append((name, p.stage in HEALTH_STAGES, data, f"{words} · {row_words(p.role, m)}"))
+            row = (name, sick, tuple(data), f"{words} · {row_words(p.role, m)}")
+            if m:
+                memo[name] = (m, (sick, p.role), row)
+            rows.append(row)
         # the words matter more than the sparklines' length: they give up columns (down to MIN_SPARK_W, all
         # rows alike so they stay aligned) before a row is cut, so a narrow panel still shows what waits
         longest = max((len(r[3]) for r in rows), default=0)
         spark_w = max(self.MIN_SPARK_W, min(self.SPARK_W, width - self.NAME_W - 1 - longest)) if width \
             else self.SPARK_W
-        for name, sick, data, text in rows:
-            key = (sick, tuple(data), text, width, spark_w)
+        for row in rows:
+            name, sick, data, text = row
+            key = (row, width, spark_w)
             old = self.lines.get(name)
-            if old is not None and old[0] == key:
+            if old is not None and (old[0] == key):
                 continue
             changed = True
             line = Text(no_wrap=True, overflow="ellipsis")

@@ -174,13 +174,15 @@ class VirtualTable(ScrollView, can_focus=True):
         self._vt_cursor = 0
         self._vt_announced: tuple[int, str] | None = None  # (index, key) last told by RowHighlighted
         # caches: a row's laid-out cells without the table's styles, and its styled line
-        self._vt_laid: dict[str, tuple[int, list[list[Segment]]]] = {}  # key -> (version, cells)
+        # key -> (version, cells laid out, the Texts and widths they were laid out from)
+        self._vt_laid: dict[str, tuple[int, list[list[Segment]], list[Text], list[int]]] = {}
         self._vt_lines: dict[str, tuple[tuple, Strip]] = {}  # key -> ((version, cursor, odd), line)
         self._vt_header: Strip | None = None
         self._vt_look: tuple | None = None  # what every cached line depends on (styles, width)
         self._vt_base = Style()  # the widget's own style, as of the last render
         self._vt_styles: dict[str, Style] = {}
         self.renders = 0  # rows laid out (a cache miss of the row's cells); tests count these
+        self.cells_laid = 0  # cells laid out (a cell the row's previous layout had, the same Text, is kept)
         self.lines_drawn = 0  # rows' lines styled (a cache miss of the line: cursor, stripe, version)
 
     # -- data ---------------------------------------------------------------------------------------
@@ -437,14 +439,22 @@ class VirtualTable(ScrollView, can_focus=True):
         pad = self.cell_padding
         console = self.app.console
         out = []
-        for col, text in zip(self.columns, self._vt_cells[key]):
-            width = col.render_width(pad)
+        cells = self._vt_cells[key]
+        widths = [col.render_width(pad) for col in self.columns]
+        # a row changed: its cells given again by identity (a Text is not changed in place once given, as
+        # set_rows assumes) keep their layout; the clock changes one cell of each row every second
+        old_texts, old_widths, old_out = (hit[2], hit[3], hit[1]) if hit is not None else ((), (), ())
+        for i, (width, text) in enumerate(zip(widths, cells)):
+            if i < len(old_texts) and old_texts[i] is text and old_widths[i] == width:
+                out.append(old_out[i])
+                continue
+            self.cells_laid += 1
             line = cell_layout.cell_line(text, width, pad, console)
             if line is None:  # something cell_line does not lay out: Rich does
                 options = self.app.console_options.update_dimensions(width, 1).update(no_wrap=True)
                 line = console.render_lines(Padding(text, (0, pad)), options)[0]
             out.append(line)
-        self._vt_laid[key] = (version, out)
+        self._vt_laid[key] = (version, out, list(cells), widths)
         return out
 
     def _styles(self, cursor: bool, header: bool) -> tuple[Style, Style]:
