@@ -300,6 +300,22 @@ def down_runs(env: dict[str, str]) -> None:
 
 
 # -- the console's and its watcher's processes: RSS, open fds, CPU --------------------------------------------
+def renice_run(run_id: str, nice: int) -> int:
+    """Lower the CPU priority of every process of the run (each runs in a process group of its own):
+    the local simulators stand in for engines that, on a cluster, run on other nodes and do not take
+    the console's CPU. The console and its watcher keep theirs. Returns the groups reniced."""
+    from atomdeck.core.run.run import Run
+
+    done = 0
+    for h in Run.open(run_id).handles.values():
+        try:
+            os.setpriority(os.PRIO_PGRP, os.getpgid(h.pid), nice)
+            done += 1
+        except (OSError, TypeError):
+            pass
+    return done
+
+
 def rss_mb(pid: int | None) -> float:
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():

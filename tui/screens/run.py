@@ -105,7 +105,9 @@ class RunScreen(Screen):
         yield Footer()
 
     def on_mount(self) -> None:
-        self.query_one(ProcessTable).focus()
+        table = self.query_one(ProcessTable)
+        table.on_cursor = self._cursor_moved  # the last lines follow in the cursor's own frame
+        table.focus()
         self.set_interval(1.0, self.tick)  # time in stage keeps counting without events
         self.redraw()
 
@@ -285,8 +287,12 @@ class RunScreen(Screen):
                                            "down are disabled."))
 
     # -- selection -------------------------------------------------------------------------------
+    def _cursor_moved(self, name: str) -> None:
+        if self.is_attached:
+            self._draw_tail()
+
     def on_virtual_table_row_highlighted(self, event: VirtualTable.RowHighlighted) -> None:
-        if isinstance(event.table, ProcessTable):
+        if isinstance(event.table, ProcessTable) and event.key != self.tail_name:  # (drawn at the move already)
             self._draw_tail()
 
     def on_virtual_table_row_selected(self, event: VirtualTable.RowSelected) -> None:

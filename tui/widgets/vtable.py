@@ -25,7 +25,7 @@ Messages: `VirtualTable.RowHighlighted` when the cursor lands on another row (ke
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from rich.padding import Padding
@@ -173,6 +173,9 @@ class VirtualTable(ScrollView, can_focus=True):
         self._vt_version: dict[str, int] = {}
         self._vt_cursor = 0
         self._vt_announced: tuple[int, str] | None = None  # (index, key) last told by RowHighlighted
+        # called at once, in the key's own turn, when the cursor lands on another row (before RowHighlighted
+        # is posted): what depends on the cursor is drawn in the same frame as the cursor, not in one after
+        self.on_cursor: Callable[[str], None] | None = None
         # caches: a row's laid-out cells without the table's styles, and its styled line
         # key -> (version, cells laid out, the Texts and widths they were laid out from)
         self._vt_laid: dict[str, tuple[int, list[list[Segment]], list[Text], list[int]]] = {}
@@ -310,6 +313,8 @@ class VirtualTable(ScrollView, can_focus=True):
             return
         if self._vt_announced != (self._vt_cursor, key):
             self._vt_announced = (self._vt_cursor, key)
+            if self.on_cursor is not None:
+                self.on_cursor(key)
             self.post_message(self.RowHighlighted(self, self._vt_cursor, key))
 
     @property
