@@ -75,10 +75,7 @@ class Stream:
                 continue
             kinds = Counter()
             for e in msg.get("e", ()):
-                if isinstance(e, str):  # one event's JSON
-                    kinds[json.loads(e)["kind"]] += 1
-                elif isinstance(e, list):  # a run of one kind's events, folded: [kind, [[name, value, ...], ...]]
-                    kinds[e[0]] += len(e[1])
+                kinds[(json.loads(e) if isinstance(e, str) else e)["kind"]] += 1  # a string before issue 19's change
             with self.lock:
                 self.msgs += 1
                 self.bytes += len(line)
