@@ -14,8 +14,9 @@ function of ours (`top`: the innermost atomdeck frame of each sample; `--keep DI
 What each watcher sends the console is counted too (its stdout, read here): messages, kilobytes and events a
 second, by kind. `--coming-up` also measures the watchers while the run comes up: `atomdeck up --wait` is
 started, and once every process is launched (run.json says `starting`) one watcher of each variant attaches
-at once (side by side, so they share the machine), until the run serves: their CPU and what they sent, the
-pair events among it (~800 a second at 128 nodes before issue 19's coalescing).
+at once (side by side, so they share the machine), until the run serves and at least `--up-window` seconds
+passed (the handshake pairs move on after the router serves): their CPU and what they sent, the pair events
+among it.
 
     /work/coord/isolated .venv/bin/python bench/watcher_cpu.py 32 --before 35178e9 --rounds 2
     /work/coord/isolated .venv/bin/python bench/watcher_cpu.py 128 --before REV --coming-up --no-save
@@ -136,8 +137,9 @@ def measure(run_id: str, env: dict[str, str], seconds: float, settle: float, spy
 
 
 def coming_up(up_argv: list[str], env: dict[str, str], variants: dict[str, dict[str, str]], spy_s: float,
-              tmp: Path) -> tuple[subprocess.CompletedProcess, dict]:
-    """`atomdeck up --wait`, and the watchers of every variant attached side by side from `starting` to serving."""
+              tmp: Path, window: float) -> tuple[subprocess.CompletedProcess, dict]:
+    """`atomdeck up --wait`, and the watchers of every variant attached side by side from `starting` until it
+    serves and `window` seconds have passed."""
     up = subprocess.Popen(up_argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     runs = Path(env["XDG_STATE_HOME"]) / "atomdeck" / "runs"
     run_dir = None
@@ -165,6 +167,8 @@ def coming_up(up_argv: list[str], env: dict[str, str], variants: dict[str, dict[
             t.start()
             spies.append(t)
     stdout, stderr = up.communicate()
+    out["serving_after_s"] = round(time.monotonic() - t0, 1)
+    time.sleep(max(0.0, t0 + window - time.monotonic()))  # the pairs move on after serving (4,096 at 128)
     dt = time.monotonic() - t0
     for t in spies:
         t.join()
@@ -207,6 +211,8 @@ def main() -> dict:
     ap.add_argument("--settle", type=float, default=10.0)
     ap.add_argument("--py-spy", type=float, default=0.0, dest="spy")
     ap.add_argument("--coming-up", action="store_true", help="also measure the watchers while the run comes up")
+    ap.add_argument("--up-window", type=float, default=60.0,
+                    help="with --coming-up: measure at least this long from the watchers' start")
     ap.add_argument("--keep", help="copy the raw py-spy profiles into this directory")
     ap.add_argument("--no-save", action="store_true", help="do not write bench/results/latest.json")
     args = ap.parse_args()
@@ -227,7 +233,7 @@ def main() -> dict:
             up_argv = [*atomdeck, "up", str(tmp / "recipe.yaml"), "--cluster", str(tmp / "scale.yaml"), "--wait",
                        "--timeout", "300", "--json"]
             if args.coming_up:
-                up, out["coming_up"] = coming_up(up_argv, env, variants, args.spy, tmp)
+                up, out["coming_up"] = coming_up(up_argv, env, variants, args.spy, tmp, args.up_window)
                 print("coming up", json.dumps(out["coming_up"]), flush=True)
             else:
                 up = subprocess.run(up_argv, capture_output=True, text=True, env=env)
