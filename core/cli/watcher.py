@@ -20,8 +20,9 @@ Protocol, one JSON object per line on stdout:
                                and their newest KEEP_LAST lines (at most every QUIET_S, and with any event)
 Two events are sent shorter than core emitted them (the console's client makes them whole again):
   - a pair's progress (both_registered, ports_reachable, transferred) waits up to PAIRS_S, and of one pair
-    only its newest event goes (the console's fold keeps a pair's stage and since, nothing in between); a
-    failed pair goes at once, with every pair held.
+    only its newest event goes, without its detail and data (the console's fold keeps a pair's stage and
+    since, nothing in between; the events file keeps every event whole); a failed pair goes at once, whole,
+    with every pair held.
   - a metrics event whose "history" continues what this watcher sent for that endpoint carries "history+"
     (the values appended to each series) instead of the 40-value series.
   {"from": {PROCESS: OFFSET}}  answers "lines": every line after OFFSET (bytes, in the process's log) will
@@ -128,7 +129,8 @@ class Reporter:
         if self.pairs and (quiet or self.pairs_now or now - self.pairs_at >= PAIRS_S):
             # before the other events: a pair's fold touches the pair alone, so the order across kinds does
             # not change the console's state; a run's status that a failed pair set follows it, as emitted
-            self.events[:0] = [e.to_json() for e in self.pairs.values()]  # type: ignore[attr-defined]
+            self.events[:0] = [e.to_json() if e.value == "failed" else _progress(e)  # type: ignore[attr-defined]
+                               for e in self.pairs.values()]
             self.pairs, self.pairs_now = {}, False
         quiet = bool(self.quiet_n) and (quiet or bool(self.events) or now - self.quiet_at >= QUIET_S)
         if not self.events and not self.lines and not quiet:
@@ -142,6 +144,12 @@ class Reporter:
         self.events, self.lines, self.count = [], {}, 0
         self.out.write(text.encode() + b"\n")
         self.out.flush()
+
+
+def _progress(e) -> str:
+    """A pair's progress for the console: its fold keeps the stage and when, not the words (a log line of up
+    to 300 characters for `transferred`); the events file has them."""
+    return json.dumps({"kind": e.kind, "name": e.name, "value": e.value, "t": e.t}, separators=(",", ":"))
 
 
 def _appended(sent: dict[str, list], hist: dict[str, list]) -> dict[str, list] | None:

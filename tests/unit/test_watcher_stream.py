@@ -66,6 +66,7 @@ def test_pair_progress_is_coalesced_and_folds_into_the_same_pairs():
     sent = sum(1 for m in msgs for e in m["e"] if e["kind"] == "pair")
     assert emitted == 3 * len(PAIRS) and sent == len(PAIRS)  # one per pair: its newest
     assert all(isinstance(e, dict) for m in msgs for e in m["e"])  # objects, not strings
+    assert all("detail" not in e for m in msgs for e in m["e"])  # progress goes without its words
     for key, pr in direct.pairs.items():
         got = console.run.state.pairs[key]
         assert (got.stage, got.since, got.failed) == (pr.stage, pr.since, pr.failed)
@@ -82,6 +83,7 @@ def test_a_failed_pair_goes_at_once_with_what_was_held():
     (msg,) = [json.loads(line) for line in out.getvalue().splitlines()]
     assert [(e["kind"], e["name"]) for e in msg["e"]] == [("pair", "prefill-0>decode-0"),
                                                           ("pair", "prefill-1>decode-0"), ("run", "")]
+    assert msg["e"][1]["detail"] == "decode-0 cannot reach prefill-1"  # a failure goes whole: the console shows it
 
 
 def test_metrics_history_goes_as_what_was_appended_and_is_made_whole_again():

@@ -161,6 +161,7 @@ def test_a_stopped_process_is_unresponsive_at_its_first_miss(tmp_path):
         assert health.misses["decode-0"] == 1
         assert p.stage == "unresponsive", p.health_detail
         assert "state T (stopped)" in p.health_detail and f"(pid {proc.pid} " in p.health_detail
+        assert "no answer within 0.5s" in p.health_detail  # its state was read while the check was slow
     finally:
         proc.kill()
         proc.wait()

@@ -11,12 +11,13 @@ then asked nothing more); one that missed is asked again at once and then every 
 checks are spread over the period instead of all starting together.
 
 MISSES unanswered checks in a row from a process that is still alive make it `unresponsive` and the run
-`degraded`; so does the first miss when the process's state on its node says it cannot answer (`T
-(stopped)` after a SIGSTOP, `t` traced): its state is read from /proc at the first miss. The diagnosis
-says what was asked, where, since when, whether the process is alive and its state, and its last line.
-An answer again is shown as a recovery. Frozen (SIGSTOP) -> unresponsive: at most HEALTHY_EVERY_S +
-TIMEOUT_S + the /proc read (~1.7-3.7 s, was 3.1-4.1 s with a check every second and two misses);
-a process that hangs while running: one TIMEOUT_S more.
+`degraded`; so does one miss when the process's state on its node says it cannot answer (`T (stopped)`
+after a SIGSTOP, `t` traced): its state is read from /proc when a check is not answered within SLOW_S,
+and a stopped process's check is a miss then, without waiting for TIMEOUT_S. The diagnosis says what was
+asked, where, since when, whether the process is alive and its state, and its last line. An answer again
+is shown as a recovery. Frozen (SIGSTOP) -> unresponsive: at most HEALTHY_EVERY_S + SLOW_S + the /proc
+read (bench/frozen_detect.py; it was 2 x TIMEOUT_S + up to EVERY_S with a check every second and two
+misses); a process that hangs while running: up to HEALTHY_EVERY_S + 2 x TIMEOUT_S.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ...remote.node_probes import processes_on_node, worst
-from ...remote.probes import HttpClient
+from ...remote.probes import HttpClient, HttpResult
 from ..events import HEALTH_STAGES, LIVE, TERMINAL, Event
 from .base import RunHost
 
@@ -38,6 +39,8 @@ EVERY_S = 1.0  # between the starts of two checks of one endpoint that missed or
 HEALTHY_EVERY_S = 2.0  # an endpoint that answered (a check or a scrape) this recently is not asked
 TIMEOUT_S = 1.5
 MISSES = 2  # unanswered checks in a row before it is called unresponsive (1 if its process is stopped)
+SLOW_S = 0.5  # a check not answered this soon: its process's state is read (stopped: no need to wait)
+EARLY_READS = 2
 CANNOT_ANSWER = ("T", "t")  # /proc states of a process that cannot answer until resumed (stopped, traced)
 
 
@@ -58,6 +61,8 @@ class ServingHealth:
         self.first_miss: dict[str, float] = {}
         self.requests: dict[str, int] = {}  # checks made per endpoint (the cadence is measured from it)
         self.answered_at: dict[str, float] = {}  # endpoint -> last answer (monotonic), a check's or a scrape's
+        self.early: dict[str, tuple[str, dict]] = {}  # endpoint -> its state, read while its check was slow
+        self.reading = 0  # such reads running
         self.http = HttpClient()  # one connection per endpoint, closed when the watch ends
 
     def endpoints(self) -> list[Endpoint]:
@@ -125,7 +130,13 @@ class ServingHealth:
         run = self.run
         runner = run.launcher.probe_runner(ep.node)
         self.requests[ep.name] = self.requests.get(ep.name, 0) + 1
-        r = await self.http.get(ep.host, ep.port, ep.path, TIMEOUT_S, runner)
+        t0 = time.time()
+        get = asyncio.ensure_future(self.http.get(ep.host, ep.port, ep.path, TIMEOUT_S, runner))
+        try:
+            r = await self.answer_or_stopped(ep, get)
+        finally:
+            if not get.done():
+                get.cancel()  # (closes its connection)
         p = run.state.procs.get(ep.name)
         if p is None or run.stopping:
             return
@@ -141,10 +152,11 @@ class ServingHealth:
                 self.group.settle()
             return
         self.misses[ep.name] = self.misses.get(ep.name, 0) + 1
-        self.first_miss.setdefault(ep.name, now - TIMEOUT_S)
+        self.first_miss.setdefault(ep.name, t0)
+        early = self.early.pop(ep.name, None)
         if p.stage == "unresponsive":
             return
-        found = await self.inspect(ep, r.error)
+        found = early or await self.inspect(ep, r.error)
         if found is None:
             return  # gone: the log watcher records the exit and why
         detail, data = found
@@ -157,6 +169,24 @@ class ServingHealth:
                        data={"node": ep.node, "port": ep.port, "path": ep.path, "since": self.first_miss[ep.name],
                              **data}))
         self.group.settle()
+
+    async def answer_or_stopped(self, ep: Endpoint, get: asyncio.Future) -> HttpResult:
+        """The check's answer; or, when none came within SLOW_S and the process's state on its node says it
+        cannot answer (T: SIGSTOP), no answer at once instead of at TIMEOUT_S. At most EARLY_READS of these
+        state reads run at a time (each is a command on the node: not one per endpoint on a busy machine)."""
+        done, _ = await asyncio.wait({get}, timeout=SLOW_S)
+        p = self.run.state.procs.get(ep.name)
+        if done or self.reading >= EARLY_READS or p is None or p.stage == "unresponsive":
+            return await get
+        self.reading += 1
+        try:
+            found = await self.inspect(ep, f"no answer within {SLOW_S:g}s")
+        finally:
+            self.reading -= 1
+        if get.done() or found is None or found[1].get("proc_state", "?")[:1] not in CANNOT_ANSWER:
+            return await get
+        self.early[ep.name] = found
+        return HttpResult(0, error=f"no answer within {SLOW_S:g}s")
 
     async def inspect(self, ep: Endpoint, error: str) -> tuple[str, dict] | None:
         """Alive? and its state on the node. None when the process is gone."""
