@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ..core.run.events import Event
+from ..core.run.watchers.metrics import HISTORY  # values per metrics series ("history+" of the stream)
 
 if TYPE_CHECKING:
     from ..core.run.run import Run
@@ -87,8 +88,8 @@ class WatchProcess:
             self.known = int(msg["ready"])
             if self.wanted is not None:
                 self._ask()
-        for text in msg.get("e", ()):
-            self._fold(Event.from_json(text))
+        for e in msg.get("e", ()):
+            self._fold(self._event(e))
         t = msg.get("t", 0.0)
         listeners = list(run.line_listeners)
         for name, lines in msg.get("l", ()):
@@ -125,6 +126,17 @@ class WatchProcess:
             proc.stdin.write(b"lines " + json.dumps(sorted(self.wanted or ())).encode() + b"\n")
         except (OSError, RuntimeError):  # the watcher is going away: pump() reports how it ended
             pass
+
+    def _event(self, e: dict | str) -> Event:
+        """An event of the stream: an object (a JSON string from a watcher before issue 19's stream change);
+        a metrics event's "history+" is appended to the history this console has of the endpoint."""
+        d = json.loads(e) if isinstance(e, str) else e
+        data = d.get("data") or {}
+        if "history+" in data:
+            had = (self.run.state.metrics.get(d["name"]) or {}).get("history") or {}
+            data = {k: v for k, v in data.items() if k != "history+"}
+            data["history"] = {k: (had.get(k, []) + add)[-HISTORY:] for k, add in d["data"]["history+"].items()}
+        return Event(d["kind"], d.get("name", ""), d.get("value", ""), d.get("detail", ""), data, d.get("t", 0.0))
 
     def _fold(self, e: Event) -> None:
         if self.run.state.apply(e):

@@ -12,10 +12,19 @@ saving where it read each log, when the console closes its stdin or goes away.
 
 Protocol, one JSON object per line on stdout:
   {"ready": N}                 the run was opened; N = events in events.jsonl when it was read
-  {"e": [EVENT_JSON, ...], "l": [[PROCESS, [LINE, ...]], ...], "q": [[PROCESS, COUNT, [LINE, ...]], ...],
-   "t": TIME}                  what happened since: "l" every line of the processes the console asked for
+  {"e": [EVENT, ...], "l": [[PROCESS, [LINE, ...]], ...], "q": [[PROCESS, COUNT, [LINE, ...]], ...],
+   "t": TIME}                  what happened since: "e" the events, each an object as Event.to_json writes
+                               it (a console before issue 19's stream change read them as JSON strings; the
+                               client takes both); "l" every line of the processes the console asked for
                                (all of them until it asks), "q" for the others how many lines they logged
                                and their newest KEEP_LAST lines (at most every QUIET_S, and with any event)
+Two events are sent shorter than core emitted them (the console's client makes them whole again):
+  - a pair's progress (both_registered, ports_reachable, transferred) waits up to PAIRS_S, and of one pair
+    only its newest event goes, without its detail and data (the console's fold keeps a pair's stage and
+    since, nothing in between; the events file keeps every event whole); a failed pair goes at once, whole,
+    with every pair held.
+  - a metrics event whose "history" continues what this watcher sent for that endpoint carries "history+"
+    (the values appended to each series) instead of the 40-value series.
   {"from": {PROCESS: OFFSET}}  answers "lines": every line after OFFSET (bytes, in the process's log) will
                                come in "l"; the ones before were reported before (the log file has them all)
   {"stopping": true}           acknowledges "stopping" (below)
@@ -38,10 +47,13 @@ import sys
 import time
 from collections import deque
 
+from ..run.watchers.metrics import HISTORY  # values per metrics series
+
 FLUSH_S = 0.05  # how often the console hears about new events and lines
 MAX_BATCH = 4_000  # lines: flush early under a flood (each message stays around a megabyte)
 QUIET_S = 0.5  # how often the last lines of the processes no view shows go out (core's last lines, "silent for")
 KEEP_LAST = 20  # ProcState.last_lines holds this many
+PAIRS_S = 0.25  # a pair's progress waits this long at most: the pairs of a 64P64D run move 4,096 at a time
 CANCEL_GRACE_S = 2.0  # the watch's clean-up once cancelled (its watchers end at once; this is a bound)
 
 
@@ -56,9 +68,36 @@ class Reporter:
         self.quiet: dict[str, deque[str]] = {}  # the others: their newest lines since the last report
         self.quiet_n: dict[str, int] = {}  # and how many they logged
         self.quiet_at = 0.0
+        self.pairs: dict[str, object] = {}  # pair -> its newest progress event, held (PAIRS_S)
+        self.pairs_at = 0.0  # when the oldest of them came
+        self.pairs_now = False  # a failed pair: send them with the next flush
+        self.history: dict[str, dict[str, list]] = {}  # endpoint -> the metrics history the console has
 
     def on_event(self, e) -> None:
+        if e.kind == "pair":
+            if not self.pairs:
+                self.pairs_at = time.monotonic()
+            self.pairs.pop(e.name, None)  # (re-inserted: the order they last moved in)
+            self.pairs[e.name] = e
+            self.pairs_now = self.pairs_now or e.value == "failed"
+            return
+        if e.kind == "metrics" and isinstance(e.data.get("history"), dict):
+            self.events.append(self.metrics_json(e))
+            return
         self.events.append(e.to_json())
+
+    def metrics_json(self, e) -> str:
+        """A metrics event, its history as the values appended since the last one sent for the endpoint."""
+        hist: dict[str, list] = e.data["history"]
+        sent = self.history.get(e.name)
+        self.history[e.name] = hist
+        added = None if sent is None else _appended(sent, hist)
+        if added is None:
+            return e.to_json()
+        data = {k: v for k, v in e.data.items() if k != "history"}
+        data["history+"] = added
+        return json.dumps({"kind": e.kind, "name": e.name, "value": e.value, "detail": e.detail, "data": data,
+                           "t": e.t}, separators=(",", ":"), default=str)
 
     def on_line(self, name: str, line: str) -> None:
         if self.full is None or name in self.full:
@@ -87,15 +126,48 @@ class Reporter:
 
     def flush(self, quiet: bool = False) -> None:
         now = time.monotonic()
+        if self.pairs and (quiet or self.pairs_now or now - self.pairs_at >= PAIRS_S):
+            # before the other events: a pair's fold touches the pair alone, so the order across kinds does
+            # not change the console's state; a run's status that a failed pair set follows it, as emitted
+            self.events[:0] = [e.to_json() if e.value == "failed" else _progress(e)  # type: ignore[attr-defined]
+                               for e in self.pairs.values()]
+            self.pairs, self.pairs_now = {}, False
         quiet = bool(self.quiet_n) and (quiet or bool(self.events) or now - self.quiet_at >= QUIET_S)
         if not self.events and not self.lines and not quiet:
             return
-        msg: dict = {"e": self.events, "l": list(self.lines.items()), "t": time.time()}
+        # the events are JSON already: put in as they are (as objects), not encoded a second time as strings
+        rest: dict = {"l": list(self.lines.items()), "t": time.time()}
         if quiet:
-            msg["q"] = [[name, n, list(self.quiet[name])] for name, n in self.quiet_n.items()]
+            rest["q"] = [[name, n, list(self.quiet[name])] for name, n in self.quiet_n.items()]
             self.quiet, self.quiet_n, self.quiet_at = {}, {}, now
+        text = '{"e":[' + ",".join(self.events) + "]," + json.dumps(rest, separators=(",", ":"))[1:]
         self.events, self.lines, self.count = [], {}, 0
-        self.send(msg)
+        self.out.write(text.encode() + b"\n")
+        self.out.flush()
+
+
+def _progress(e) -> str:
+    """A pair's progress for the console: its fold keeps the stage and when, not the words (a log line of up
+    to 300 characters for `transferred`); the events file has them."""
+    return json.dumps({"kind": e.kind, "name": e.name, "value": e.value, "t": e.t}, separators=(",", ":"))
+
+
+def _appended(sent: dict[str, list], hist: dict[str, list]) -> dict[str, list] | None:
+    """What was appended to each series of `sent` to make `hist`, or None when `hist` does not continue it.
+    A series keeps its newest HISTORY values: one still filling grew (`sent`'s is its start), a full one
+    lost its first value for the one appended. The console makes `hist` again as (sent + added)[-HISTORY:]."""
+    if not set(sent) <= set(hist):
+        return None
+    out = {}
+    for key, new in hist.items():
+        old = sent.get(key, [])
+        if len(new) > len(old) and new[:len(old)] == old:
+            out[key] = new[len(old):]
+        elif len(new) == len(old) == HISTORY and new[:-1] == old[1:]:
+            out[key] = new[-1:]
+        else:
+            return None
+    return out
 
 
 async def watch(run_id: str) -> int:
@@ -131,7 +203,7 @@ async def watch(run_id: str) -> int:
     try:
         done, _ = await asyncio.wait({watching, stopping}, return_when=asyncio.FIRST_COMPLETED)
         if watching in done and watching.exception() is not None:
-            rep.flush()
+            rep.flush(quiet=True)
             rep.send({"error": f"watching stopped: {watching.exception()}"})
             code = 1
     except BrokenPipeError:
@@ -153,7 +225,7 @@ async def watch(run_id: str) -> int:
         flushing.cancel()
         stopping.cancel()
         try:
-            rep.flush()
+            rep.flush(quiet=True)  # everything held (pairs, quiet lines) goes
         except (BrokenPipeError, OSError):
             pass
         try:

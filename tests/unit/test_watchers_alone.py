@@ -128,3 +128,74 @@ def test_serving_health_asks_over_one_connection_and_closes_it_when_its_watch_is
         await srv.close()
 
     asyncio.run(asyncio.wait_for(main(), 30))
+
+
+def test_a_stopped_process_is_unresponsive_at_its_first_miss(tmp_path):
+    """Issue 19: the checks of a passing endpoint are 2 s apart now, so a frozen worker is not left to miss
+    twice: its state on the node is read at the first miss, and a process in state T (SIGSTOP) cannot
+    answer: unresponsive at once. A real process carrying the run's marker, listening, stopped."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    host = Host(LocalLauncher("alone", str(tmp_path)))
+    host.state.procs["decode-0"].stage = "serving"
+    code = ("import socket, sys, time\ns = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(16)\n"
+            "print(s.getsockname()[1], flush=True)\ntime.sleep(120)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "ATOMDECK_RUN": f"{host.id}:decode-0"})
+    try:
+        assert proc.stdout is not None
+        port = int(proc.stdout.readline())
+        os.kill(proc.pid, signal.SIGSTOP)
+
+        async def main():
+            health = ServingHealth(host, Group())  # type: ignore[arg-type]
+            await health.check(Endpoint("decode-0", "here", "127.0.0.1", port, "/health"), 2)
+            await health.http.aclose()
+            return health
+
+        health = asyncio.run(main())
+        p = host.state.procs["decode-0"]
+        assert health.misses["decode-0"] == 1
+        assert p.stage == "unresponsive", p.health_detail
+        assert "state T (stopped)" in p.health_detail and f"(pid {proc.pid} " in p.health_detail
+        assert "no answer within 0.5s" in p.health_detail  # its state was read while the check was slow
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_process_that_is_running_but_silent_still_gets_a_second_check(tmp_path):
+    """The other side of the first-miss read: a process that runs (state S here) may just be busy, so one
+    miss is not enough, as before."""
+    import os
+    import subprocess
+    import sys
+
+    host = Host(LocalLauncher("alone", str(tmp_path)))
+    host.state.procs["decode-0"].stage = "serving"
+    code = ("import socket, sys, time\ns = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(16)\n"
+            "print(s.getsockname()[1], flush=True)\ntime.sleep(120)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "ATOMDECK_RUN": f"{host.id}:decode-0"})
+    try:
+        assert proc.stdout is not None
+        port = int(proc.stdout.readline())
+
+        async def main():
+            health = ServingHealth(host, Group())  # type: ignore[arg-type]
+            ep = Endpoint("decode-0", "here", "127.0.0.1", port, "/health")
+            await health.check(ep, 2)
+            first = host.state.procs["decode-0"].stage
+            await health.check(ep, 2)
+            await health.http.aclose()
+            return first
+
+        first = asyncio.run(main())
+        assert first == "serving"
+        assert host.state.procs["decode-0"].stage == "unresponsive"
+    finally:
+        proc.kill()
+        proc.wait()

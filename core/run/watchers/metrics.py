@@ -3,7 +3,8 @@ again only every NO_METRICS_RETRY_S) and the router's --prometheus-port (AToMesh
 endpoint on one kept-alive connection. Of the Prometheus text only the lines of the names used are read
 (`parse_wanted`: a line is passed over by its first characters before anything else; prometheus_client's
 full parser, `parse`, gives the same samples for them and was ~8 % of the watcher's samples at 32 nodes).
-Rates are derived per endpoint from two scrapes.
+Rates are derived per endpoint from two scrapes. A worker's answer is also a health pass
+(`ServingHealth.answered`): its health checks wait while its scrapes answer.
 
 Stalls: requests in flight and no output for STALL_S is `stalled`. From the engine's own counters
 (atom:requests_running/waiting > 0 while atom:generation_tokens and atom:requests_finished stay flat)
@@ -185,6 +186,8 @@ class MetricsWatcher:
                 return None
         self.requests[name] = self.requests.get(name, 0) + 1
         r = await self.http.get(host, port, "/metrics", TIMEOUT_S, self.run.launcher.probe_runner(node))
+        if r.status and name != "router":  # a worker's /metrics is served where its /health is: it answers
+            self.group.health.answered(name)  # (the router's is on a port of its own: not taken for it)
         if r.status == 404:
             self.no_metrics[name] = time.time()  # an older ATOM: degrade quietly to what the router gives
             return None

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from . import Watchers
 
 REPROBE_S = 3.0
+_REGISTERED = frozenset(WORKER_STAGES[WORKER_STAGES.index("kv_registered"):])  # stages at or past it
 KV_WAIT_S = 4.0  # a write_request with no write-done for this long: the pair's path is checked and failed
 
 _TARGET = re.compile(r"\b(?:to|at) (?:tcp://)?(\[[0-9a-fA-F:]+\]|[\w.-]+):(\d+)")
@@ -85,15 +86,13 @@ class HandshakeWatcher:
         write_requests that got no write-done."""
         run = self.run
         by_decode: dict[str, list] = {}
+        # which workers registered, once per pass (issue 19: asked per pair, twice, it was ~10 % of the
+        # watcher's samples at 64P64D, 4,096 pairs every 0.5 s long after they had all moved on)
+        registered = {name for name, x in run.state.procs.items() if x.up_stage in _REGISTERED}
         for pr in run.state.pairs.values():
-            p, d = run.state.procs.get(pr.prefill), run.state.procs.get(pr.decode)
-            if p is None or d is None:
-                continue
-            reg = [x.up_stage in WORKER_STAGES and WORKER_STAGES.index(x.up_stage) >= WORKER_STAGES.index(
-                "kv_registered") for x in (p, d)]
-            if pr.stage == "waiting" and all(reg):
+            if pr.stage == "waiting" and pr.prefill in registered and pr.decode in registered:
                 run.emit(Event("pair", pr.key, "both_registered", "both sides registered their KV memory"))
-            if pr.stage == "both_registered":
+            if pr.stage == "both_registered" and pr.prefill in run.state.procs and pr.decode in run.state.procs:
                 by_decode.setdefault(pr.decode, []).append(pr)
         for decode, prs in by_decode.items():
             if time.monotonic() - self.probed_at.get(decode, -REPROBE_S) < REPROBE_S:
