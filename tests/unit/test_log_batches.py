@@ -140,3 +140,27 @@ async def test_tail_handles_a_read_together_and_a_cancel_loses_no_line(tmp_path)
     async for _off, line in run.launcher.read_log(h, run.offsets[name]):
         logs.on_line(name, line)
     assert [int(x.rsplit("#", 1)[1][:-1]) for x in got] == list(range(8000))
+
+
+def test_plain_lines_split_in_one_go_as_line_by_line():
+    """LineSplitter takes a read's plain ASCII lines in one decode and split: the same (offset, line) pairs
+    as its line-by-line loop, however the bytes are cut, with escapes, CRs, UTF-8 and over-long lines
+    mixed in (those reads take the loop)."""
+    from atomdeck.core.remote.loglines import LineSplitter
+
+    pieces = [FLOOD.format(i).encode() + b"\n" for i in range(300)]
+    pieces += [b"\x1b[31mred\x1b[0m\n", b"dos line\r\n", "caf\u00e9 \u2713\n".encode(), b"x" * 70 + b"\n",
+               b"y" * 33, b"\n", b"\n", b"partial"]
+    for seed in range(20):
+        rnd = random.Random(seed)
+        data = b"".join(rnd.sample(pieces, len(pieces)))
+        cuts = sorted(rnd.sample(range(1, len(data)), 40))
+        chunks = [data[a:b] for a, b in zip([0, *cuts], [*cuts, len(data)])]
+        for max_line in (16, 64, 4096):
+            fast, slow = LineSplitter(5, max_line=max_line), LineSplitter(5, max_line=max_line)
+            slow._plain_lines = lambda: []  # the loop alone
+            got = [x for c in chunks for x in fast.feed(c)] + fast.flush()
+            want = [x for c in chunks for x in slow.feed(c)] + slow.flush()
+            assert got == want and fast.offset == slow.offset == 5 + len(data)
+    plain = LineSplitter(0)
+    assert plain.feed(b"a\nbc\n") == [(2, "a"), (5, "bc")] and plain._plain_lines() == []
