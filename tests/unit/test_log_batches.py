@@ -43,7 +43,7 @@ def test_a_batch_said_to_have_nothing_to_mask_or_classify_has_none_in_any_line()
     plain_batches = quiet_batches = 0
     for batch in batches(lines):
         text = "\n".join(batch)
-        if nothing_to_mask(text, run.redact):
+        if nothing_to_mask(text, run._secrets):
             plain_batches += 1
             assert all(run.redact(x) == x for x in batch)
         for role, needles in (("decode", _WORKER_NEEDLES), ("router", _ROUTER_NEEDLES)):
@@ -51,8 +51,8 @@ def test_a_batch_said_to_have_nothing_to_mask_or_classify_has_none_in_any_line()
                 quiet_batches += 1
                 assert all(classify(x, role) is None for x in batch)
     assert plain_batches and quiet_batches  # (the flood-only batches at least)
-    assert not nothing_to_mask("x\nexport HF_TOKEN=abc\ny", run.redact)
-    assert not nothing_to_mask("x\nhf-known-value-1234\ny", run.redact)
+    assert not nothing_to_mask("x\nexport HF_TOKEN=abc\ny", run._secrets)
+    assert not nothing_to_mask("x\nhf-known-value-1234\ny", run._secrets)
 
 
 def test_on_lines_does_what_on_line_does_for_each_line():

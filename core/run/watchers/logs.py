@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ...config.errors import AtomdeckError
@@ -21,13 +20,13 @@ if TYPE_CHECKING:
 YEAR = 3600 * 24 * 365
 
 
-def nothing_to_mask(text: str, redact: Callable[[str], str]) -> bool:
-    """True only if `redact` (Run.redact: redact_line with the run's secret values) changes none of the
-    lines joined in `text`. The two cheap tests hold wherever a line's NAME=value or credential shape
-    could be masked, and a line is part of `text` (a test on `text` is a test on each line); without
-    either, redact_line only replaces the known values, and `text` coming back unchanged says none is
-    in it (none is the mask itself)."""
-    return not _may_assign(text) and not _may_be_shaped(text) and redact(text) == text
+def nothing_to_mask(text: str, known: dict[str, str]) -> bool:
+    """True only if redact_line(line, known) changes none of the lines joined in `text`: no known secret
+    value in it (redact_text replaces only those), and neither cheap test holds (they hold wherever a
+    line's NAME=value or credential shape could be masked; a test on `text` is a test on each line)."""
+    if any(v in text for v in known.values() if v):
+        return False
+    return not _may_assign(text) and not _may_be_shaped(text)
 
 
 class LogWatcher:
@@ -106,7 +105,8 @@ class LogWatcher:
                 run.offsets[name] = batch[-1][0]
             return
         text = "\n".join(line for _, line in batch)
-        plain = nothing_to_mask(text, run.redact)
+        known = getattr(run, "_secrets", None)  # the values Run.redact masks (another host: each line redacted)
+        plain = known is not None and nothing_to_mask(text, known)
         quiet = _says_nothing(text, _ROUTER_NEEDLES if p.role == "router" else _WORKER_NEEDLES)
         for off, line in batch:
             run.offsets[name] = off
