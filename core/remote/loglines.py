@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+from itertools import accumulate
 
 MAX_LINE = 64 * 1024  # a longer "line" comes out in pieces, never dropped
 
@@ -48,7 +49,7 @@ class LineSplitter:
         """Complete lines (and max_line pieces of over-long ones) found so far."""
         buf = self._buf
         buf += data
-        out: list[tuple[int, str]] = []
+        out = self._plain_lines()
         pos = 0
         cap = self.max_line
         while True:
@@ -68,6 +69,29 @@ class LineSplitter:
             else:
                 break
         del buf[:pos]
+        return out
+
+    def _plain_lines(self) -> list[tuple[int, str]]:
+        """The complete lines at the front of the buffer in one go when they are plain ASCII (no escape, no
+        CR, none longer than max_line: decode would return each as it is and a byte is a character), as
+        a log flood's are: one decode and one split instead of a slice, a copy and a decode a line (the
+        watcher's reading was ~10 % of its CPU under 8 x 2,000 lines/s). Anything else: [] (feed's loop)."""
+        buf = self._buf
+        end = buf.rfind(b"\n") + 1
+        if not end:
+            return []
+        region = bytes(buf[:end])
+        if not region.isascii() or b"\x1b" in region or b"\r" in region:
+            return []
+        lines = region.decode("ascii").split("\n")
+        lines.pop()  # (after the last newline: nothing)
+        if max(map(len, lines)) > self.max_line:
+            return []
+        offsets = accumulate((len(x) + 1 for x in lines), initial=self.offset)
+        next(offsets)
+        out = list(zip(offsets, lines))
+        self.offset += end
+        del buf[:end]
         return out
 
     def flush(self) -> list[tuple[int, str]]:

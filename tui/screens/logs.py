@@ -173,13 +173,14 @@ class LogScreen(TypeAhead, Screen):
         super().on_key(event)
 
     # -- status ------------------------------------------------------------------------------------
-    def _set(self, selector: str, content: Text) -> None:
-        """Update a Static only when its text changed, and in place when only digits changed: under a
-        flood the status line's line count changes every pulse, and a layout pass for it re-rendered
-        every widget on the screen (py-spy: 41 % of the console's loop)."""
+    def _set(self, selector: str, content: Text, shape: object = None) -> None:
+        """Update a Static only when its text changed, and in place when only digits changed (or, with
+        `shape`, while that stays the same): under a flood the status line's line count changes every
+        pulse, and a layout pass for it re-rendered every widget on the screen (py-spy: 41 % of the
+        console's loop)."""
         if self._shown.get(selector) != content:
             self._shown[selector] = content
-            update_quietly(self.query_one(selector, Static), content)
+            update_quietly(self.query_one(selector, Static), content, shape)
 
     def _draw(self) -> None:
         """The top bar and the head (they change with the run's state, not with every line)."""
@@ -233,7 +234,9 @@ class LogScreen(TypeAhead, Screen):
             out.append("  (End or F follows)", style="dim")
         out.append(f"  ·  {len(log.lines):,} lines on screen (last {self.keep:,})", style="dim")
         out.append(f"  ·  wrap {'on' if log.wrap else 'off'}", style="dim")
-        self._set("#log-status", out)
+        # one row whatever it says (#log-status is height: 1 and as wide as the screen): "wrap on" -> "wrap
+        # off", FOLLOW -> PAUSED change its words, never its size, so no key here asks for a layout pass
+        self._set("#log-status", out, shape="one row")
 
     def on_log_lines_follow_changed(self, event: LogLines.FollowChanged) -> None:
         self._status()

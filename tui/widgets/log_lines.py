@@ -34,6 +34,9 @@ class LogLines(ScrollView, can_focus=True):
         background: $surface;
         overflow: auto auto;
     }
+    /* a line wider than the view: the horizontal scrollbar's row stays while wrapped too (an empty track
+       then), so toggling wrap changes no scrollbar and needs no layout pass of the screen */
+    LogLines.-wide { overflow-x: scroll; }
     LogLines > .log-lines--error { color: $text-error; }
     LogLines > .log-lines--match { color: $text-warning; text-style: reverse; }
     LogLines > .log-lines--current { background: $primary-muted; }
@@ -84,6 +87,7 @@ class LogLines(ScrollView, can_focus=True):
                 self.cells.popleft()
             self.base += dropped
         self._grow_rows(lens, max(0, dropped))
+        self._mark_wide()
         self._update_size()
         if self.follow:
             self._scroll_to_end()
@@ -186,7 +190,16 @@ class LogLines(ScrollView, can_focus=True):
             self._scroll_to_line(max(0, top - self.base), 0)
         self.refresh()
 
+    def _mark_wide(self) -> None:
+        """A line wider than the view keeps the horizontal scrollbar's row (see -wide in the CSS): set once
+        when the first such line arrives (the scrollbar comes, a layout pass as before), not per wrap toggle."""
+        bar = self.styles.scrollbar_size_vertical if self.show_vertical_scrollbar else 0
+        width = self.container_size.width - bar
+        if width > 0:
+            self.set_class(self._width > width, "-wide")
+
     def on_resize(self) -> None:
+        self._mark_wide()
         if self.wrap:
             self._rows = None
             self._update_size()
@@ -222,21 +235,31 @@ class LogLines(ScrollView, can_focus=True):
             size = Size(self._width, len(self.lines))
         if size == self.virtual_size:
             return
-        if self._grows_in_place(size):
-            # Only the height changed and the vertical scrollbar stays: no layout pass. Setting
-            # virtual_size re-lays the whole screen out (a reactive with layout=True), which under a flood
-            # re-rendered every widget on the log screen each pulse (py-spy: 41 % of the console's loop).
+        if self.is_mounted and self._bars(size) == (self.show_horizontal_scrollbar, self.show_vertical_scrollbar):
+            # The scrollbars stay as they are (a flood grows the height; wrap changes both sizes): the
+            # view and its scrollbars are updated in place, no layout pass. Setting virtual_size re-lays
+            # the whole screen out (a reactive with layout=True), which under a flood re-rendered every
+            # widget on the log screen each pulse (py-spy: 41 % of the console's loop) and was most of a
+            # wrap toggle's cost. (_scroll_update decides the scrollbars itself: if it ever differed from
+            # _bars, its own reactives ask for the layout pass.)
             self.set_reactive(LogLines.virtual_size, size)
-            self._scroll_update(size)  # the scrollbar's window and the scroll limits
+            self._scroll_update(size)  # the scrollbars' windows and the scroll limits
             self.refresh()
         else:
             self.virtual_size = size
 
-    def _grows_in_place(self, size: Size) -> bool:
-        height = self.container_size.height - self.scrollbar_size_horizontal
-        return (self.is_mounted and size.width == self.virtual_size.width and self.show_vertical_scrollbar
-                and self.styles.overflow_y == "auto" and size.height > height > 0
-                and self.virtual_size.height > height)
+    def _bars(self, size: Size) -> tuple[bool, bool]:
+        """(horizontal, vertical) scrollbar shown for a virtual size: Textual's rule (_refresh_scrollbars)."""
+        styles = self.styles
+        width, height = self.container_size
+        over_x, over_y = styles.overflow_x, styles.overflow_y
+        across = over_x == "scroll" or (over_x == "auto" and size.width > width)
+        down = over_y == "scroll" or (over_y == "auto" and size.height > height)
+        if over_x == "auto" and down and not across:
+            across = size.width > width - styles.scrollbar_size_vertical
+        if over_y == "auto" and across and not down:
+            down = size.height > height - styles.scrollbar_size_horizontal
+        return across, down
 
     # -- search -------------------------------------------------------------------------------------------
     def set_search(self, term: str) -> None:
