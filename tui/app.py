@@ -215,7 +215,7 @@ class ConsoleApp(App[int]):
             self._load()
         except AtomdeckError as e:  # run_console raises it once the terminal is restored
             self.load_error = e
-            self.exit(2)
+            self.exit(return_code=2)
             return
         self._start()
 
@@ -600,11 +600,15 @@ def _settings_path() -> Path:
 
 
 def _read_settings() -> dict:
-    import yaml
+    try:
+        text = _settings_path().read_text()
+    except OSError:
+        return {}
+    import yaml  # not before the first frame when there is no settings file
 
     try:
-        data = yaml.safe_load(_settings_path().read_text())
-    except (OSError, yaml.YAMLError):
+        data = yaml.safe_load(text)
+    except yaml.YAMLError:
         return {}
     return data if isinstance(data, dict) else {}
 
