@@ -211,6 +211,8 @@ class ConsoleApp(App[int]):
     def _load_then_start(self) -> None:
         from ..core.config.errors import AtomdeckError
 
+        if getattr(self, "_exit", False):  # q on the first frame: closing; no view may be added now
+            return
         try:
             self._load()
         except AtomdeckError as e:  # run_console raises it once the terminal is restored

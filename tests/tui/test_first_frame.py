@@ -29,6 +29,13 @@ def test_importing_the_console_imports_no_model_yaml_or_ssh():
     assert got == []
 
 
+def test_the_command_line_imports_no_model_or_yaml_before_the_console():
+    """`atomdeck` builds the parser of every verb before it opens the console (drill's imports are its own)."""
+    got = _fresh("import sys, json; from atomdeck.core.cli.main import build_parser; build_parser(); "
+                 f"print(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))")
+    assert got == []
+
+
 FIRST_FRAME = """
 import asyncio, json, sys
 from pathlib import Path
@@ -132,3 +139,21 @@ def test_reading_the_design_before_the_first_frame_loads_it_at_once():
     app = make_app(defer=True)
     assert not app.loaded
     assert app.design.recipe.name == "demo-1p1d" and app.loaded
+
+
+async def test_q_on_the_first_frame_closes_the_console_without_loading():
+    import atomdeck.tui.app as app_module
+    from atomdeck.tui.app import ConsoleApp
+
+    class QuitFirst(ConsoleApp):
+        CSS_PATH = str(Path(app_module.__file__).with_name("atomdeck.tcss"))
+
+        def _load_then_start(self) -> None:
+            self.exit()  # as q does before the recipe is read; the load scheduled already must not add a view
+            super()._load_then_start()
+
+    app = QuitFirst(refresh_s=None, defer=True)
+    async with app.run_test(size=SIZE) as pilot:
+        while app.is_running:
+            await pilot.pause(0.01)
+    assert not app.loaded and app.return_code == 0
