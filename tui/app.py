@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from rich.text import Text
 from textual import work
 from textual.app import App, SystemCommand
+from textual.binding import Binding
 from textual.reactive import reactive
 from textual.screen import Screen
 from textual.timer import Timer
@@ -63,7 +64,9 @@ def _shown_first(module: str, name: str) -> Callable[[], Screen]:
 class ConsoleApp(App[int]):
     TITLE = "atomdeck"
     CSS_PATH = "atomdeck.tcss"
-    BINDINGS = bindings.APP
+    # alt+q: in a real terminal, Escape then q typed fast (or read late) arrive together as alt+q; it quits
+    # wherever q does (not in help's keys on screen: it is q's twin, not a key of its own).
+    BINDINGS = [*bindings.APP, Binding("alt+q", "quit_alt", "Quit", show=False)]
     MODES: ClassVar[dict[str, str | Callable[[], Screen]]] = {
         "nodes": _shown_first("nodes", "NodesScreen"), "layout": _shown_first("layout", "LayoutScreen"),
         "preview": _shown_first("preview", "PreviewScreen"), "run": _shown_first("run", "RunScreen"),
@@ -179,6 +182,16 @@ class ConsoleApp(App[int]):
             self.exit(0)
             return
         await self.runs.quit()
+
+    async def action_quit_alt(self) -> None:
+        """alt+q (Escape, q): quit where q would quit: not while typing, nor where q is another key's."""
+        from textual.widgets import Input, TextArea
+
+        if isinstance(self.focused, (Input, TextArea)):
+            return
+        q = self.screen.active_bindings.get("q")
+        if q is not None and q.node is self and q.binding.action == "quit" and q.enabled:
+            await self.action_quit()
 
     async def on_unmount(self) -> None:
         if self.loaded:
@@ -418,7 +431,7 @@ class ConsoleApp(App[int]):
     # App keys that change what is underneath: refused while a dialog or the Open screen is up, so
     # typing there ("demo-2p1d") never switches views or edits the design behind it.
     _UNDERNEATH = frozenset({"view", "launch", "refresh_inventory", "save_recipe", "export", "change_theme",
-                             "quit", "help"})
+                             "quit", "quit_alt", "help"})
 
     @property
     def overlay_open(self) -> bool:
@@ -428,7 +441,7 @@ class ConsoleApp(App[int]):
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if not self.loaded and action in self._UNDERNEATH:  # the first frame: only q
-            return action == "quit"
+            return action in ("quit", "quit_alt")
         if action in self._UNDERNEATH and self.overlay_open:
             return False
         if action == "view":
