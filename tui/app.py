@@ -23,38 +23,38 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from rich.text import Text
 from textual import work
 from textual.app import App, SystemCommand
+from textual.binding import Binding
 from textual.reactive import reactive
 from textual.screen import Screen
 from textual.timer import Timer
 
-from ..core.config.cluster import Cluster
-from ..core.config.recipe import Recipe
-from ..core.design.draft import Design
-from ..core.design.inventory import Node
-from ..core.design.lint import Assessment
-from ..core.design.workspace import Workspace, load_workspace, offline_nodes
-from ..core.run.inventory import fetch_inventory
 from . import bindings
-from .hints import in_console
-from .messages import InventoryUpdated, LaunchRequested, RunUpdated
-from .run_control import RunController, can_draw
-from .screens.base import DesignScreen
-from .screens.nodes import NodesScreen
 
+# Only Textual and light modules above: the console's first frame (screens/loading.py) is drawn before
+# pydantic, YAML and the design modules are imported (ConsoleApp.defer). Imported where used below.
 if TYPE_CHECKING:
+    from ..core.config.cluster import Cluster
+    from ..core.config.recipe import Recipe
+    from ..core.design.draft import Design
+    from ..core.design.inventory import Node
+    from ..core.design.lint import Assessment
+    from ..core.design.workspace import Workspace
     from ..core.run.run import Run
     from .live import LiveRun
+    from .messages import InventoryUpdated, LaunchRequested, RunUpdated
+    from .run_control import RunController
+    from .screens.base import DesignScreen
 
 DEMO_CLUSTER = "local"
 DEMO_RECIPE = "demo-1p1d"
 
-LaunchHandler = Callable[[Assessment], Awaitable[None]]
-InventoryFetch = Callable[[Cluster, bool], Awaitable[tuple[list[Node], str]]]
+LaunchHandler = Callable[["Assessment"], Awaitable[None]]
+InventoryFetch = Callable[["Cluster", bool], Awaitable[tuple[list["Node"], str]]]
 
 
 def _shown_first(module: str, name: str) -> Callable[[], Screen]:
-    """A view other than Nodes (the first frame), imported when it is first shown (the Bench view's chart
-    library, the run view's widgets: none of it is needed to draw the Nodes view)."""
+    """A view, imported when it is first shown (the Bench view's chart library, the run view's widgets:
+    none of it is needed to draw the Nodes view; the Nodes view itself: not for the first frame)."""
     def make() -> Screen:
         return getattr(importlib.import_module(f"{__package__}.screens.{module}"), name)()
 
@@ -64,9 +64,11 @@ def _shown_first(module: str, name: str) -> Callable[[], Screen]:
 class ConsoleApp(App[int]):
     TITLE = "atomdeck"
     CSS_PATH = "atomdeck.tcss"
-    BINDINGS = bindings.APP
+    # alt+q: in a real terminal, Escape then q typed fast (or read late) arrive together as alt+q; it quits
+    # wherever q does (not in help's keys on screen: it is q's twin, not a key of its own).
+    BINDINGS = [*bindings.APP, Binding("alt+q", "quit_alt", "Quit", show=False)]
     MODES: ClassVar[dict[str, str | Callable[[], Screen]]] = {
-        "nodes": NodesScreen, "layout": _shown_first("layout", "LayoutScreen"),
+        "nodes": _shown_first("nodes", "NodesScreen"), "layout": _shown_first("layout", "LayoutScreen"),
         "preview": _shown_first("preview", "PreviewScreen"), "run": _shown_first("run", "RunScreen"),
         "runs": _shown_first("runs", "RunsScreen"), "bench": _shown_first("bench", "BenchScreen")}
     PULSE_S = 0.1  # the run views redraw at most this often, however fast events and lines arrive
@@ -78,9 +80,14 @@ class ConsoleApp(App[int]):
                  nodes: Iterable[str] = (), overrides: Iterable[str] = (), named_nodes: Iterable[str] = (),
                  clock: Callable[[], datetime] | None = None, keymap_file: Path | None = None,
                  launch_handler: LaunchHandler | None = None, fetch: InventoryFetch | None = None,
-                 theme: str | None = None, run_id: str | None = None) -> None:
+                 theme: str | None = None, run_id: str | None = None, defer: bool = False) -> None:
         """Loads the recipe and cluster (and the run to reattach to) now: errors reach the caller
-        before the screen opens.
+        before the screen opens. defer (the command line's console, not with run_id): only checks
+        that the recipe and the cluster exist now; they are read and validated (pydantic, YAML, the
+        design modules: ~0.3 s) once the first frame (screens/loading.py) is on the screen, then the
+        Nodes view replaces it. An invalid file then ends the console with the error in `load_error`
+        (run_console raises it). Reading `workspace`, `design`, `assessment` or `runs` before that
+        loads them at once.
 
         offline: never ask Slurm (node states from the cluster file); refresh_s: seconds between
         inventory refreshes (None: only on ctrl+r); ask: open on the Open screen; named_nodes:
@@ -93,7 +100,7 @@ class ConsoleApp(App[int]):
         self.offline = offline
         self.refresh_s = refresh_s
         self.clock = clock or datetime.now
-        self.fetch: InventoryFetch = fetch or fetch_inventory
+        self.fetch: InventoryFetch | None = fetch  # None: core's fetch_inventory (imported when first used)
         self.keymap_file = keymap_file
         self.keymap: dict[str, str] = {}
         self.named_nodes: list[str] = list(named_nodes)
@@ -103,16 +110,58 @@ class ConsoleApp(App[int]):
         self._ask = ask
         self._theme_choice = theme
         self._refresh_timer: Timer | None = None
-        self.workspace: Workspace = load_workspace(recipe, cluster)
-        self.design = Design(self.workspace.recipe, tuple(nodes), frozenset(overrides))
-        self.assessment: Assessment = self.design.assess(self.workspace)
+        self._launch_handler = launch_handler
+        self._to_load: tuple[str, str, tuple[str, ...], frozenset[str], str | None] | None = (
+            recipe, cluster, tuple(nodes), frozenset(overrides), run_id)
+        self.load_error: Exception | None = None  # why a deferred load failed (the console then ends)
+        self.defer = defer and not run_id
+        if self.defer:
+            from ..core.config.paths import find_cluster, find_recipe
+
+            find_recipe(recipe)  # an unknown name is still reported before the screen opens
+            find_cluster(cluster)
+        else:
+            self._load()
+
+    # Set by _load (right away, or after the first frame with defer).
+    workspace: Workspace
+    design: Design
+    assessment: Assessment
+    runs: RunController
+    launch_handler: LaunchHandler
+    _initial_run: Run | None
+    _LOADED = frozenset({"workspace", "design", "assessment", "runs", "launch_handler", "_initial_run"})
+
+    def __getattr__(self, name: str) -> Any:
+        # Only for the names _load sets, only while they are not set yet (a deferred load not done).
+        if name in ConsoleApp._LOADED and self.__dict__.get("_to_load") is not None:
+            self._load()
+            return getattr(self, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    @property
+    def loaded(self) -> bool:
+        return self._to_load is None
+
+    def _load(self) -> None:
+        """Read and validate the recipe and cluster, assess the design, open the run to reattach to."""
+        from ..core.design.draft import Design
+        from ..core.design.workspace import load_workspace
+        from .run_control import RunController
+
+        assert self._to_load is not None
+        recipe, cluster, nodes, overrides, run_id = self._to_load
+        self.workspace = load_workspace(recipe, cluster)
+        self.design = Design(self.workspace.recipe, nodes, overrides)
+        self.assessment = self.design.assess(self.workspace)
         self.runs = RunController(self)  # the attached run (one at a time): see run_control.py
-        self.launch_handler: LaunchHandler = launch_handler or self.runs.launch_run
-        self._initial_run: Run | None = None
+        self.launch_handler = self._launch_handler or self.runs.launch_run
+        self._initial_run = None
         if run_id:
             from ..core.run.run import Run
 
             self._initial_run = Run.open(run_id)
+        self._to_load = None
 
     @property
     def live(self) -> LiveRun | None:
@@ -129,12 +178,35 @@ class ConsoleApp(App[int]):
 
     async def action_quit(self) -> None:
         """Quit the console, never the deployment (see RunController.quit)."""
+        if not self.loaded:  # the first frame, nothing read yet: nothing to keep or to ask about
+            self.exit(0)
+            return
         await self.runs.quit()
 
+    async def action_quit_alt(self) -> None:
+        """alt+q (Escape, q): quit where q would quit: not while typing, nor where q is another key's."""
+        from textual.widgets import Input, TextArea
+
+        if isinstance(self.focused, (Input, TextArea)):
+            return
+        q = self.screen.active_bindings.get("q")
+        if q is not None and q.node is self and q.binding.action == "quit" and q.enabled:
+            await self.action_quit()
+
     async def on_unmount(self) -> None:
-        await self.runs.close()
+        if self.loaded:
+            await self.runs.close()
 
     # -- start-up ---------------------------------------------------------------------------
+    def get_default_screen(self) -> Screen:
+        if not self.defer:
+            return super().get_default_screen()
+        from .screens.loading import LoadingScreen
+
+        recipe, cluster = self._to_load[:2] if self._to_load else ("", "")
+        return LoadingScreen(self.views, Path(recipe).stem if recipe.endswith((".yaml", ".yml")) else recipe,
+                             Path(cluster).stem if cluster.endswith((".yaml", ".yml")) else cluster)
+
     def on_mount(self) -> None:
         keymap, problems = bindings.load_keymap(self.keymap_file)
         self.keymap = keymap
@@ -144,6 +216,25 @@ class ConsoleApp(App[int]):
             self.notify(p, title="keymap", severity="warning", timeout=8)
         self._load_theme()
         self.theme_changed_signal.subscribe(self, self._on_theme_changed)
+        if self.loaded:
+            self._start()
+        else:  # the first frame (screens/loading.py) first, then read the recipe and cluster
+            self.call_after_refresh(self._load_then_start)
+
+    def _load_then_start(self) -> None:
+        from ..core.config.errors import AtomdeckError
+
+        if getattr(self, "_exit", False):  # q on the first frame: closing; no view may be added now
+            return
+        try:
+            self._load()
+        except AtomdeckError as e:  # run_console raises it once the terminal is restored
+            self.load_error = e
+            self.exit(return_code=2)
+            return
+        self._start()
+
+    def _start(self) -> None:
         self.set_interval(self.PULSE_S, self.runs.pulse)
         if self._initial_run is not None:
             from .live import LiveRun
@@ -181,6 +272,11 @@ class ConsoleApp(App[int]):
     def design_screen(self) -> DesignScreen | None:
         """The design view when it is on top; None under a dialog, on the run views, and while the
         app is closing (timers and messages can still fire once the screen stack is empty)."""
+        if not self.loaded:
+            return None
+        from .run_control import can_draw
+        from .screens.base import DesignScreen
+
         stack = self.screen_stack
         top = stack[-1] if stack else None
         # not before it is loaded, nor while the app takes its screens apart (the same check as a pulse's)
@@ -192,6 +288,9 @@ class ConsoleApp(App[int]):
 
     def open_workspace(self, recipe: str, cluster: str) -> None:
         """Load another recipe/cluster (raises AtomdeckError/ConfigError, leaving the current one)."""
+        from ..core.design.draft import Design
+        from ..core.design.workspace import load_workspace
+
         ws = load_workspace(recipe, cluster)
         same_cluster = ws.cluster == self.workspace.cluster
         if same_cluster:  # keep the inventory we have; the refresh below updates it
@@ -207,6 +306,10 @@ class ConsoleApp(App[int]):
     @work(exclusive=True, group="inventory")
     async def refresh_inventory(self) -> None:
         ws = self.workspace
+        if self.fetch is None:
+            from ..core.run.inventory import fetch_inventory
+
+            self.fetch = fetch_inventory
         try:
             nodes, note = await self.fetch(ws.cluster, self.offline)
         except Exception as e:  # a refresh must never take the console down
@@ -216,6 +319,9 @@ class ConsoleApp(App[int]):
         self._arm_refresh()
 
     def _apply_inventory(self, nodes: list[Node], note: str) -> None:
+        from ..core.design.workspace import offline_nodes
+        from .messages import InventoryUpdated
+
         ws = self.workspace
         if not nodes and self.named_nodes:
             nodes, note = offline_nodes(self.named_nodes), "offline: planned by node name; states not checked"
@@ -310,6 +416,8 @@ class ConsoleApp(App[int]):
 
         def done(yes: bool | None) -> None:
             if yes:
+                from .messages import LaunchRequested
+
                 self.post_message(LaunchRequested(a))
 
         self.push_screen(ConfirmDialog("Launch this deployment?", text, yes="Launch", danger=False), done)
@@ -323,7 +431,7 @@ class ConsoleApp(App[int]):
     # App keys that change what is underneath: refused while a dialog or the Open screen is up, so
     # typing there ("demo-2p1d") never switches views or edits the design behind it.
     _UNDERNEATH = frozenset({"view", "launch", "refresh_inventory", "save_recipe", "export", "change_theme",
-                             "quit", "help"})
+                             "quit", "quit_alt", "help"})
 
     @property
     def overlay_open(self) -> bool:
@@ -332,6 +440,8 @@ class ConsoleApp(App[int]):
         return isinstance(self.screen, ModalScreen) or getattr(self.screen, "OVERLAY", False)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if not self.loaded and action in self._UNDERNEATH:  # the first frame: only q
+            return action in ("quit", "quit_alt")
         if action in self._UNDERNEATH and self.overlay_open:
             return False
         if action == "view":
@@ -439,6 +549,8 @@ class ConsoleApp(App[int]):
                             lambda: self.set_design(self.design.auto_pick()))
         yield SystemCommand("Export launch script…", "the whole launch as a bash script", self.action_export)
         yield SystemCommand("Save recipe…", "write the edited recipe as YAML", self.action_save_recipe)
+        from .screens.base import DesignScreen
+
         if not self.readonly and isinstance(screen, DesignScreen):
             yield SystemCommand("Launch", "launch this deployment (asks first)", self.action_launch)
             if self.workspace.cluster.simulator.enabled:  # drills are the simulator's faults
@@ -475,6 +587,8 @@ def design_name(recipe: Recipe) -> str:
 
 
 def _blocked_text(a: Assessment) -> Text:
+    from .hints import in_console
+
     errors = a.errors()
     out = Text(f"{len(errors)} error(s) must be fixed first:" if errors else "no plan could be made", style="bold")
     for f in errors:
@@ -501,11 +615,15 @@ def _settings_path() -> Path:
 
 
 def _read_settings() -> dict:
-    import yaml
+    try:
+        text = _settings_path().read_text()
+    except OSError:
+        return {}
+    import yaml  # not before the first frame when there is no settings file
 
     try:
-        data = yaml.safe_load(_settings_path().read_text())
-    except (OSError, yaml.YAMLError):
+        data = yaml.safe_load(text)
+    except yaml.YAMLError:
         return {}
     return data if isinstance(data, dict) else {}
 
@@ -553,6 +671,8 @@ def console_options(cluster: str | None, recipe: str | None, run_id: str | None)
 def run_console(cluster: str | None = None, recipe: str | None = None, readonly: bool = False, **kw: Any) -> int:
     """`atomdeck` / `atomdeck tui`: see console_options."""
     recipe, cluster, ask = console_options(cluster, recipe, kw.get("run_id"))
-    app = ConsoleApp(recipe, cluster, readonly=readonly, ask=ask, **kw)
+    app = ConsoleApp(recipe, cluster, readonly=readonly, ask=ask, defer=True, **kw)
     result = app.run()
+    if app.load_error is not None:
+        raise app.load_error
     return result if isinstance(result, int) else 0

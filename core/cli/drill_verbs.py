@@ -7,9 +7,10 @@ import argparse
 import asyncio
 import json
 import sys
+from typing import TYPE_CHECKING
 
-from ..config.drills import Drill, find_drill, load_drills
-from ..design.drills import aim, drilled, refuse_without_simulator
+if TYPE_CHECKING:  # imported where used: main.build_parser imports this module for every verb, the console too
+    from ..config.drills import Drill
 
 DEFAULT_RECIPE = "demo-2p1d"
 
@@ -36,6 +37,8 @@ def _list_text(drills: list[Drill]) -> str:
 
 
 def cmd_drill(args: argparse.Namespace) -> int:
+    from ..config.drills import find_drill, load_drills
+
     if args.name == "list":
         drills = load_drills()
         if args.json:
@@ -50,6 +53,7 @@ def cmd_drill(args: argparse.Namespace) -> int:
 def _launch(drill: Drill, args: argparse.Namespace) -> int:
     from ..config.cluster import load_cluster
     from ..config.paths import find_cluster
+    from ..design.drills import aim, drilled, refuse_without_simulator
     from ..run.run import Run
     from .design_verbs import _findings_text, prepare
     from .output import fail as _fail
