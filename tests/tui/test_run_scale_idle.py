@@ -189,6 +189,8 @@ async def test_a_process_event_between_two_seconds_draws_no_barrier_cell(monkeyp
     async with app.run_test(size=(160, 50)) as pilot:
         run, screen = await attached_scale(pilot, redraw=True)
         grid = screen.query_one(BarrierGrid)
+        await pilot.pause()  # (the focus set after the attach: a style update, which draws the grid anew)
+        screen.redraw(clock=True)  # the grid drawn after that: what follows is counted from a drawn grid
         cells = _counting(monkeypatch, grid, "_cell")
         for i in range(3):
             run.emit(Event("proc.health", f"decode-{i}", "unresponsive", "GET /health timed out"))
