@@ -13,6 +13,7 @@ the App pulses the run views at most ten times a second with what changed (see l
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime
@@ -64,9 +65,10 @@ def _shown_first(module: str, name: str) -> Callable[[], Screen]:
 class ConsoleApp(App[int]):
     TITLE = "atomdeck"
     CSS_PATH = "atomdeck.tcss"
-    # alt+q: in a real terminal, Escape then q typed fast (or read late) arrive together as alt+q; it quits
-    # wherever q does (not in help's keys on screen: it is q's twin, not a key of its own).
-    BINDINGS = [*bindings.APP, Binding("alt+q", "quit_alt", "Quit", show=False)]
+    # alt+q: in a real terminal, Escape then q typed fast (or read late) arrive together as alt+q, which no one
+    # types on purpose; it is taken as those two keys (not in help's keys on screen: not a key of its own).
+    # priority: a dialog (modal) hides the App's other keys, and Escape-then-q there is the common case.
+    BINDINGS = [*bindings.APP, Binding("alt+q", "escape_then_q", "Quit", show=False, priority=True)]
     MODES: ClassVar[dict[str, str | Callable[[], Screen]]] = {
         "nodes": _shown_first("nodes", "NodesScreen"), "layout": _shown_first("layout", "LayoutScreen"),
         "preview": _shown_first("preview", "PreviewScreen"), "run": _shown_first("run", "RunScreen"),
@@ -183,15 +185,19 @@ class ConsoleApp(App[int]):
             return
         await self.runs.quit()
 
-    async def action_quit_alt(self) -> None:
-        """alt+q (Escape, q): quit where q would quit: not while typing, nor where q is another key's."""
-        from textual.widgets import Input, TextArea
+    def action_escape_then_q(self) -> None:
+        """alt+q is what the terminal sends for Escape then q arriving together (the operator closing a dialog
+        and quitting, say): both keys, in order, each where it would have gone alone."""
+        self.run_worker(self._escape_then_q(), group="keys")
 
-        if isinstance(self.focused, (Input, TextArea)):
-            return
-        q = self.screen.active_bindings.get("q")
-        if q is not None and q.node is self and q.binding.action == "quit" and q.enabled:
-            await self.action_quit()
+    async def _escape_then_q(self) -> None:
+        top = self.screen
+        self.simulate_key("escape")
+        for _ in range(10):  # the q once the Escape is handled: its dialog taken down, or 0.2 s gone by
+            await asyncio.sleep(0.02)
+            if self.screen is not top:
+                break
+        self.simulate_key("q")
 
     async def on_unmount(self) -> None:
         if self.loaded:
@@ -431,7 +437,7 @@ class ConsoleApp(App[int]):
     # App keys that change what is underneath: refused while a dialog or the Open screen is up, so
     # typing there ("demo-2p1d") never switches views or edits the design behind it.
     _UNDERNEATH = frozenset({"view", "launch", "refresh_inventory", "save_recipe", "export", "change_theme",
-                             "quit", "quit_alt", "help"})
+                             "quit", "help"})
 
     @property
     def overlay_open(self) -> bool:
@@ -441,7 +447,7 @@ class ConsoleApp(App[int]):
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if not self.loaded and action in self._UNDERNEATH:  # the first frame: only q
-            return action in ("quit", "quit_alt")
+            return action in ("quit", "escape_then_q")
         if action in self._UNDERNEATH and self.overlay_open:
             return False
         if action == "view":
