@@ -33,6 +33,7 @@ from common import (
     down_runs,
     launch_to_serving,
     pct,
+    renice_run,
     rss_mb,
     state_env,
     tear_down_from_console,
@@ -108,22 +109,6 @@ def _gaps(log: Path) -> tuple[int, int]:
     return len(numbers), (numbers[-1] - numbers[0] + 1) - len(set(numbers))
 
 
-def _renice_run(run_id: str, nice: int) -> int:
-    """Lower the CPU priority of every process of the run (each runs in a process group of its own):
-    the 8 flooding simulators stand in for engines that, on a cluster, run on other nodes and do not
-    take the console's CPU. The console and its watcher keep theirs. Returns the groups reniced."""
-    from atomdeck.core.run.run import Run
-
-    done = 0
-    for h in Run.open(run_id).handles.values():
-        try:
-            os.setpriority(os.PRIO_PGRP, os.getpgid(h.pid), nice)
-            done += 1
-        except (OSError, TypeError):
-            pass
-    return done
-
-
 def flood(seconds: float = 30.0, presses: int = 50, engines_nice: int = 0) -> dict:
     """Key press to screen in the log view of a local 8-process run flooding 2,000 lines/s each.
     engines_nice > 0: the simulators are reniced once serving (the engines apart, as on a cluster)."""
@@ -147,7 +132,7 @@ def flood(seconds: float = 30.0, presses: int = 50, engines_nice: int = 0) -> di
             term.keys("3", "L", "y")
             term.wait_for("SERVING", timeout=90)
             run_id = Run.list()[-1]["id"]
-            reniced = _renice_run(run_id, engines_nice) if engines_nice else 0
+            reniced = renice_run(run_id, engines_nice) if engines_nice else 0
             pid = console_pid(term.pane_pid())
             t_flood = time.monotonic()
             term.keys("enter")  # worker-0's log, following the flood

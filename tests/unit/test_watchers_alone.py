@@ -130,21 +130,28 @@ def test_serving_health_asks_over_one_connection_and_closes_it_when_its_watch_is
     asyncio.run(asyncio.wait_for(main(), 30))
 
 
+def _listening_worker(host):
+    """A real process carrying the run's marker for decode-0, listening on a free loopback port (printed)."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import socket, sys, time\ns = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(16)\n"
+            "print(s.getsockname()[1], flush=True)\ntime.sleep(120)\n")
+    return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "ATOMDECK_RUN": f"{host.id}:decode-0"})
+
+
 def test_a_stopped_process_is_unresponsive_at_its_first_miss(tmp_path):
     """Issue 19: the checks of a passing endpoint are 2 s apart now, so a frozen worker is not left to miss
     twice: its state on the node is read at the first miss, and a process in state T (SIGSTOP) cannot
     answer: unresponsive at once. A real process carrying the run's marker, listening, stopped."""
     import os
     import signal
-    import subprocess
-    import sys
 
     host = Host(LocalLauncher("alone", str(tmp_path)))
     host.state.procs["decode-0"].stage = "serving"
-    code = ("import socket, sys, time\ns = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(16)\n"
-            "print(s.getsockname()[1], flush=True)\ntime.sleep(120)\n")
-    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
-                            env={**os.environ, "ATOMDECK_RUN": f"{host.id}:decode-0"})
+    proc = _listening_worker(host)
     try:
         assert proc.stdout is not None
         port = int(proc.stdout.readline())
@@ -170,16 +177,10 @@ def test_a_stopped_process_is_unresponsive_at_its_first_miss(tmp_path):
 def test_a_process_that_is_running_but_silent_still_gets_a_second_check(tmp_path):
     """The other side of the first-miss read: a process that runs (state S here) may just be busy, so one
     miss is not enough, as before."""
-    import os
-    import subprocess
-    import sys
 
     host = Host(LocalLauncher("alone", str(tmp_path)))
     host.state.procs["decode-0"].stage = "serving"
-    code = ("import socket, sys, time\ns = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(16)\n"
-            "print(s.getsockname()[1], flush=True)\ntime.sleep(120)\n")
-    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
-                            env={**os.environ, "ATOMDECK_RUN": f"{host.id}:decode-0"})
+    proc = _listening_worker(host)
     try:
         assert proc.stdout is not None
         port = int(proc.stdout.readline())
