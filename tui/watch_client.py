@@ -136,7 +136,7 @@ class WatchProcess:
             had = (self.run.state.metrics.get(d["name"]) or {}).get("history") or {}
             data = {k: v for k, v in data.items() if k != "history+"}
             data["history"] = {k: (had.get(k, []) + add)[-HISTORY:] for k, add in d["data"]["history+"].items()}
-        return Event(d["kind"], d.get("name", ""), d.get("value", ""), d.get("detail", ""), data, d.get("t", 0.0))
+        return Event.from_dict({**d, "data": data})
 
     def _fold(self, e: Event) -> None:
         if self.run.state.apply(e):

@@ -96,8 +96,7 @@ class Reporter:
             return e.to_json()
         data = {k: v for k, v in e.data.items() if k != "history"}
         data["history+"] = added
-        return json.dumps({"kind": e.kind, "name": e.name, "value": e.value, "detail": e.detail, "data": data,
-                           "t": e.t}, separators=(",", ":"), default=str)
+        return json.dumps({**e.as_dict(), "data": data}, separators=(",", ":"), default=str)
 
     def on_line(self, name: str, line: str) -> None:
         if self.full is None or name in self.full:

@@ -44,16 +44,23 @@ class Event:
         event: 11 % of the console's watcher's samples at 128 nodes (issue 19)."""
         cached = self.__dict__.get("_json")
         if cached is None:
-            cached = json.dumps({"kind": self.kind, "name": self.name, "value": self.value, "detail": self.detail,
-                                 "data": self.data, "t": self.t}, separators=(",", ":"), default=str)
+            cached = json.dumps(self.as_dict(), separators=(",", ":"), default=str)
             object.__setattr__(self, "_json", cached)  # frozen: not a field, so eq/repr/asdict ignore it
         return cached
 
+    def as_dict(self) -> dict:
+        """The event's fields, shallow (`data` is this event's own dict)."""
+        return {"kind": self.kind, "name": self.name, "value": self.value, "detail": self.detail, "data": self.data,
+                "t": self.t}
+
     @staticmethod
-    def from_json(line: str) -> Event:
-        d = json.loads(line)
+    def from_dict(d: dict) -> Event:
         return Event(d["kind"], d.get("name", ""), d.get("value", ""), d.get("detail", ""), d.get("data") or {},
                      d.get("t", 0.0))
+
+    @staticmethod
+    def from_json(line: str) -> Event:
+        return Event.from_dict(json.loads(line))
 
 
 @dataclass
