@@ -84,6 +84,16 @@ def _may_be_shaped(line: str) -> bool:
     return False
 
 
+def nothing_to_mask(text: str, known: dict[str, str]) -> bool:
+    """True only if redact_line(line, known) changes none of the lines joined in `text`: no known secret
+    value in it (redact_text replaces only those), and neither cheap test holds (they hold wherever a
+    line's NAME=value or credential shape could be masked; a test on `text` is a test on each line). One
+    look at a batch of log lines instead of one per line (a flood's lines have nothing to mask)."""
+    if any(v in text for v in known.values() if v):
+        return False
+    return not _may_assign(text) and not _may_be_shaped(text)
+
+
 def redact_line(line: str, known: dict[str, str] | None = None) -> str:
     """A log line safe to show: known secret values, NAME=value for secret-looking names, and
     credential-shaped tokens masked."""

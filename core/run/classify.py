@@ -158,6 +158,11 @@ def _says_nothing(line: str, needles: tuple[str, ...] | None) -> bool:
     return True
 
 
+def says_nothing(text: str, role: str) -> bool:
+    """True only if classify(line, role) is None for every line joined in `text` (one look at a batch)."""
+    return _says_nothing(text, _ROUTER_NEEDLES if role == "router" else _WORKER_NEEDLES)
+
+
 _ANY_WORKER = re.compile("|".join(f"(?:{rx.pattern})" for rx, _, _ in WORKER_PATTERNS
                                    if not rx.flags & re.IGNORECASE))
 _ANY_WORKER_CI = re.compile("|".join(f"(?:{rx.pattern})" for rx, _, _ in WORKER_PATTERNS if rx.flags & re.IGNORECASE),

@@ -10,9 +10,9 @@ from __future__ import annotations
 import asyncio
 import random
 
+from atomdeck.core.config.secrets import nothing_to_mask
 from atomdeck.core.launch.local import LocalLauncher
 from atomdeck.core.run.classify import classify
-from atomdeck.core.run.watchers.logs import nothing_to_mask
 
 from tests.tui.fakerun import fake_run
 
@@ -38,7 +38,7 @@ def test_a_batch_said_to_have_nothing_to_mask_or_classify_has_none_in_any_line()
     run = fake_run("serving")
     run._secrets = {"HF_TOKEN": "hf-known-value-1234", "DB_PASSWORD": "swordfish"}
     lines = corpus() + ["a line with hf-known-value-1234 in it", "swordfish", "no secret here: swordfis h"]
-    from atomdeck.core.run.watchers.logs import _ROUTER_NEEDLES, _WORKER_NEEDLES, _says_nothing
+    from atomdeck.core.run.classify import _ROUTER_NEEDLES, _WORKER_NEEDLES, _says_nothing
 
     plain_batches = quiet_batches = 0
     for batch in batches(lines):

@@ -8,8 +8,8 @@ import time
 from typing import TYPE_CHECKING
 
 from ...config.errors import AtomdeckError
-from ...config.secrets import _may_assign, _may_be_shaped
-from ..classify import _ROUTER_NEEDLES, _WORKER_NEEDLES, _says_nothing, classify
+from ...config.secrets import nothing_to_mask
+from ..classify import classify, says_nothing
 from ..events import TERMINAL, Event
 from .base import RunHost, cancel_all, keep_going
 
@@ -18,15 +18,6 @@ if TYPE_CHECKING:
     from . import Watchers
 
 YEAR = 3600 * 24 * 365
-
-
-def nothing_to_mask(text: str, known: dict[str, str]) -> bool:
-    """True only if redact_line(line, known) changes none of the lines joined in `text`: no known secret
-    value in it (redact_text replaces only those), and neither cheap test holds (they hold wherever a
-    line's NAME=value or credential shape could be masked; a test on `text` is a test on each line)."""
-    if any(v in text for v in known.values() if v):
-        return False
-    return not _may_assign(text) and not _may_be_shaped(text)
 
 
 class LogWatcher:
@@ -107,7 +98,7 @@ class LogWatcher:
         text = "\n".join(line for _, line in batch)
         known = getattr(run, "_secrets", None)  # the values Run.redact masks (another host: each line redacted)
         plain = known is not None and nothing_to_mask(text, known)
-        quiet = _says_nothing(text, _ROUTER_NEEDLES if p.role == "router" else _WORKER_NEEDLES)
+        quiet = says_nothing(text, p.role)
         for off, line in batch:
             run.offsets[name] = off
             self.on_line(name, line, plain, quiet)
