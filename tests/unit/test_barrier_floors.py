@@ -216,3 +216,84 @@ def test_an_open_cell_is_watched_through_the_table_not_by_connects(hourly, monke
         sock.close()
     assert reads >= 10 and idle == 0  # the table, not a connect, while it listened
     assert results == ["open", "refused"] and after == 1  # gone from the table: one connect saw it closed
+
+
+def test_a_serving_runs_cells_are_gone_over_only_when_the_open_ones_are_due(hourly, monkeypatch):
+    """Every cell open: the table's reader goes over the cells once per OPEN_RECHECK, not at the table's
+    cadence (at 128 nodes that walk, 20 times a second, was a tenth of the watcher's CPU)."""
+    monkeypatch.setattr(barrier, "OPEN_RECHECK", 0.5)
+    sock = bound_port()
+    sock.listen()
+    cell = CellState("n1", "127.0.0.1", sock.getsockname()[1], "decode", "http", "decode-0")
+
+    async def main():
+        table = local_table(0.01)  # while a cell is closed: read every 10 ms
+        prober, task, results, until = await run_prober(cell, set(), table=table)
+        await until(1)  # open
+        passes, reads = prober.reader_passes, table.reads
+        while table.reads < reads + 3:  # the open cell looked at three times through the table
+            await asyncio.sleep(0.01)
+        passes = prober.reader_passes - passes
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        return results, passes
+
+    try:
+        results, passes = asyncio.run(main())
+    finally:
+        sock.close()
+    assert results == ["open"]
+    assert passes <= 5  # about one pass per look; at the 10 ms cadence it was ~150
+
+
+def test_a_change_while_all_cells_are_open_is_looked_at_at_once(hourly, monkeypatch):
+    """All open, the next look at the open cells an hour away: a process that comes back (a wake)
+    brings its closed cell into the table's watch at once, and the listen there opens it."""
+    monkeypatch.setattr(barrier, "OPEN_RECHECK", HOUR)
+    up, down = bound_port(), bound_port()
+    up.listen()
+    cells = [CellState("n1", "127.0.0.1", up.getsockname()[1], "decode", "http", "decode-0"),
+             CellState("n1", "127.0.0.1", down.getsockname()[1], "prefill", "http", "prefill-0")]
+    alive = {"decode-0": True, "prefill-0": False}
+
+    async def main():
+        results: list[tuple[str, str]] = []
+        changed = asyncio.Event()
+
+        def on_result(c: CellState, r: str) -> None:
+            c.state = r
+            results.append((c.owner, r))
+            changed.set()
+
+        table = local_table(0.01)
+        prober = BarrierProber(cells, runner_for=lambda n: LocalRunner(), expected_soon=lambda c: False,
+                               owner_alive=lambda c: alive[c.owner], on_result=on_result,
+                               table_for=lambda n: table)
+        task = asyncio.create_task(prober.run_node("n1"))
+
+        async def until(n: int) -> None:
+            while len(results) < n:
+                changed.clear()
+                await asyncio.wait_for(changed.wait(), WAIT)
+
+        await until(2)  # decode-0 open; prefill-0 refused, its process not alive: nothing to watch
+        passes = prober.reader_passes
+        while prober.reader_passes < passes + 1:  # the reader settled into its wait
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.1)
+        idle = prober.reader_passes - passes
+        alive["prefill-0"] = True  # it is back
+        down.listen()
+        prober.wake("n1")
+        await until(3)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        return results, idle, prober.connects["n1"]
+
+    try:
+        results, idle, connects = asyncio.run(main())
+    finally:
+        up.close()
+        down.close()
+    assert idle <= 2  # waiting, not going over the cells every 10 ms
+    assert results[2] == ("prefill-0", "open") and connects == 3  # seen through the table: one confirm
