@@ -264,3 +264,39 @@ def test_an_open_port_is_rechecked_by_connect_only_not_by_http_every_time(runs):
     # issue 19: the watcher asks a worker whose /metrics scrapes answer (every 2 s) no /health on top of them
     # (before: 2-5 checks in these 4 s, one a second); so it asked, by a scrape, and checked at most every 2 s
     assert scrapes >= 1 and 0 <= last - first <= 3, (scrapes, first, last)
+
+
+def test_past_the_scrape_budget_each_endpoint_is_scraped_less_often_and_not_asked_in_between(runs, monkeypatch):
+    """issue 19: at most metrics.MAX_SCRAPES_S scrapes a second over all endpoints (64P64D + router: each
+    every 3.2 s, not 2), and the health checks' window follows the scrape period, so a worker whose scrapes
+    answer still gets no /health on top. Here the budget is set to 0.5 a second: 2P1D + router's 4
+    endpoints are each scraped every 8 s."""
+    from atomdeck.core.run.watchers import metrics
+
+    monkeypatch.setattr(metrics, "MAX_SCRAPES_S", 0.5)
+    ws = workspace("demo-2p1d")
+
+    async def go():
+        run = await Run.launch(ws, ws.assess())
+        runs.append(run)
+        watching = asyncio.create_task(run.watch())
+        try:
+            deadline = time.monotonic() + 60
+            while run.state.status not in ("serving", "failed"):
+                assert time.monotonic() < deadline, "not serving"
+                await asyncio.sleep(0.05)
+            assert run.state.status == "serving", run.state.diagnosis
+            mw, health = run.watchers.metrics, run.watchers.health
+            while not mw.requests.get("prefill-0"):  # its first scrape
+                await asyncio.sleep(0.05)
+            s0, h0 = mw.requests["prefill-0"], health.requests.get("prefill-0", 0)
+            await asyncio.sleep(12.0)
+            return mw.period(), mw.requests["prefill-0"] - s0, health.requests.get("prefill-0", 0) - h0
+        finally:
+            watching.cancel()
+            await asyncio.gather(watching, return_exceptions=True)
+
+    period, scrapes, checks = asyncio.run(go())
+    assert period == 8.0
+    assert 1 <= scrapes <= 2, scrapes  # every 8 s (at the 2 s default: 6)
+    assert checks <= 1, checks  # its scrapes answered: /health not asked on top (at a 2 s window: ~3)

@@ -8,7 +8,9 @@ does the metrics watcher's scrape of a worker's GET /metrics on the same server 
 Cadence (issue 19: 129 endpoints at 128 nodes made 129 checks a second, all in the same instant, next to
 the scrapes): an endpoint that answered within HEALTHY_EVERY_S is not asked (a worker scraped every 2 s is
 then asked nothing more); one that missed is asked again at once and then every EVERY_S; the endpoints'
-checks are spread over the period instead of all starting together.
+checks are spread over the period instead of all starting together. Past metrics.MAX_SCRAPES_S endpoints
+a second (64P64D: 129 endpoints) the scrapes are further apart and so is this window (`healthy_every`):
+a frozen worker there is found within the scrape period (3.2 s) + SLOW_S.
 
 MISSES unanswered checks in a row from a process that is still alive make it `unresponsive` and the run
 `degraded`; so does one miss when the process's state on its node says it cannot answer (`T (stopped)`
@@ -98,7 +100,12 @@ class ServingHealth:
         if self.misses.get(name) or (p is not None and p.stage == "unresponsive"):
             return 0.0  # follow() keeps these EVERY_S apart
         last = self.answered_at.get(name)
-        return 0.0 if last is None else last + HEALTHY_EVERY_S - now
+        return 0.0 if last is None else last + self.healthy_every() - now
+
+    def healthy_every(self) -> float:
+        """HEALTHY_EVERY_S, or the scrape period where a big run's scrapes are further apart (a worker whose
+        scrapes answer is then still asked nothing more)."""
+        return max(HEALTHY_EVERY_S, self.group.metrics.period())
 
     async def follow(self, ep: Endpoint, phase: float = 0.0) -> None:
         await asyncio.sleep(phase)  # spread over the period: not every endpoint in the same instant
