@@ -43,3 +43,28 @@ def test_the_consumer_named_in_a_producer_line_or_the_decodes_own_line_credits_o
     run._on_line(d0.name, "[atom 12:00:01] [CONSUMER] Write-done received for req 3, done_recving now: {3}")
     got = stages(run)
     assert [k for k, v in got.items() if v == "transferred"] == [k for k in got if d0.name in k]
+
+
+def test_at_most_runs_n_jobs_at_a_time_and_raises_only_after_all_ended():
+    """The handshake probes of several consumers run side by side, a few at a time (one after another,
+    64P64D's 64 decodes took 30 s after serving to fill the matrix); one that fails leaves none running."""
+    import asyncio
+
+    import pytest
+    from atomdeck.core.run.watchers.pairs import at_most
+
+    running, most, ended = 0, 0, []
+
+    async def job(i: int) -> None:
+        nonlocal running, most
+        running += 1
+        most = max(most, running)
+        await asyncio.sleep(0.01)
+        running -= 1
+        ended.append(i)
+        if i == 2:
+            raise RuntimeError("probe failed")
+
+    with pytest.raises(RuntimeError, match="probe failed"):
+        asyncio.run(at_most(3, [job(i) for i in range(10)]))
+    assert most == 3 and sorted(ended) == list(range(10))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
+from collections.abc import Coroutine
 from typing import TYPE_CHECKING
 
 from ...remote.node_probes import connect_from_node
@@ -23,11 +24,27 @@ if TYPE_CHECKING:
 
 REPROBE_S = 3.0
 _REGISTERED = frozenset(WORKER_STAGES[WORKER_STAGES.index("kv_registered"):])  # stages at or past it
+# consumers whose reachability is probed at the same time (each probe is a process on the consumer's node:
+# one after another, 64P64D's 64 decodes x 512 ports took 30 s after serving to fill the handshake matrix)
+REACH_AT_ONCE = 4
 KV_WAIT_S = 4.0  # a write_request with no write-done for this long: the pair's path is checked and failed
 
 _TARGET = re.compile(r"\b(?:to|at) (?:tcp://)?(\[[0-9a-fA-F:]+\]|[\w.-]+):(\d+)")
 _CONSUMER = re.compile(r"\b(?:consumer=|Consumer )(\[[0-9a-fA-F:]+\]|[\w.-]+?)(?::\d+)?[\s,)]")
 _REQ = re.compile(r"\bfor req (\S+?)[,\s]")
+
+
+async def at_most(n: int, jobs: list[Coroutine]) -> None:
+    """Run the jobs, `n` at a time; the first error is raised once all have ended (none is left running)."""
+    gate = asyncio.Semaphore(n)
+
+    async def one(job: Coroutine) -> None:
+        async with gate:
+            await job
+
+    errors = [e for e in await asyncio.gather(*(one(j) for j in jobs), return_exceptions=True) if e is not None]
+    if errors:
+        raise errors[0]
 
 
 class HandshakeWatcher:
@@ -94,21 +111,25 @@ class HandshakeWatcher:
                 run.emit(Event("pair", pr.key, "both_registered", "both sides registered their KV memory"))
             if pr.stage == "both_registered" and pr.prefill in run.state.procs and pr.decode in run.state.procs:
                 by_decode.setdefault(pr.decode, []).append(pr)
-        for decode, prs in by_decode.items():
-            if time.monotonic() - self.probed_at.get(decode, -REPROBE_S) < REPROBE_S:
-                continue
-            self.probed_at[decode] = time.monotonic()
-            node = run.plan.endpoint(decode).node
-            targets = [(ep.host, port) for ep in (run.plan.endpoint(pr.prefill) for pr in prs)
-                       for port in ep.handshake_ports]
-            results, where = await self.reach(node, targets)
-            for pr in prs:
-                ep = run.plan.endpoint(pr.prefill)
-                if ep.handshake_ports and all(results.get((ep.host, port)) == "open" for port in ep.handshake_ports):
-                    run.emit(Event("pair", pr.key, "ports_reachable",
-                                   f"{ep.host}:{ep.handshake_ports[0]}-{ep.handshake_ports[-1]} reachable from "
-                                   f"{where}"))
+        now = time.monotonic()
+        due = [(d, prs) for d, prs in by_decode.items() if now - self.probed_at.get(d, -REPROBE_S) >= REPROBE_S]
+        await at_most(REACH_AT_ONCE, [self.reach_pairs(d, prs) for d, prs in due])
         await self.unanswered()
+
+    async def reach_pairs(self, decode: str, prs: list) -> None:
+        """Probe the handshake ports of `decode`'s registered prefills from its node."""
+        run = self.run
+        self.probed_at[decode] = time.monotonic()
+        node = run.plan.endpoint(decode).node
+        targets = [(ep.host, port) for ep in (run.plan.endpoint(pr.prefill) for pr in prs)
+                   for port in ep.handshake_ports]
+        results, where = await self.reach(node, targets)
+        for pr in prs:
+            ep = run.plan.endpoint(pr.prefill)
+            if ep.handshake_ports and all(results.get((ep.host, port)) == "open" for port in ep.handshake_ports):
+                run.emit(Event("pair", pr.key, "ports_reachable",
+                               f"{ep.host}:{ep.handshake_ports[0]}-{ep.handshake_ports[-1]} reachable from "
+                               f"{where}"))
 
     async def reach(self, node: str, targets: list[tuple[str, int]]) -> tuple[dict, str]:
         """Connect to targets from `node` itself; where that cannot run, from as near as the launcher gets."""
@@ -129,23 +150,29 @@ class HandshakeWatcher:
         the pair with the path in words; the run's headline says it."""
         run = self.run
         now = now or time.time()
+        jobs, named = [], set()
         for (decode, req), (t, _line, prefill) in list(self.waiting.items()):
             if now - t < KV_WAIT_S or (decode, req) in self.checked:
                 continue
             self.checked.add((decode, req))
             prefills = [prefill] if prefill else [pr.prefill for pr in run.state.pairs.values() if pr.decode == decode]
             for pname in prefills:
-                key = f"{pname}>{decode}"
-                pr = run.state.pairs.get(key)
-                if pr is None or pr.stage == "failed":
-                    continue
-                why = await self.explain(decode, pname, req, now - t)
-                run.emit(Event("pair", key, "failed", why, data={"req": req, "waited": round(now - t, 1)}))
-                headline = f"KV transfer {pname} -> {decode} failed: {why}"
-                if run.state.status in ("launching", "starting"):
-                    run._fail(headline)
-                elif run.state.status in LIVE:
-                    run._set_status("degraded", headline)
+                pr = run.state.pairs.get(f"{pname}>{decode}")
+                if pr is not None and pr.stage != "failed" and pr.key not in named:
+                    named.add(pr.key)  # two requests of one pair waiting: it fails once, as before
+                    jobs.append(self.fail_pair(decode, pname, req, now - t))
+        await at_most(REACH_AT_ONCE, jobs)  # a path blocked to one prefill: all its decodes' pairs named at once
+
+    async def fail_pair(self, decode: str, prefill: str, req: str, waited: float) -> None:
+        run = self.run
+        key = f"{prefill}>{decode}"
+        why = await self.explain(decode, prefill, req, waited)
+        run.emit(Event("pair", key, "failed", why, data={"req": req, "waited": round(waited, 1)}))
+        headline = f"KV transfer {prefill} -> {decode} failed: {why}"
+        if run.state.status in ("launching", "starting"):
+            run._fail(headline)
+        elif run.state.status in LIVE:
+            run._set_status("degraded", headline)
 
     async def explain(self, decode: str, prefill: str, req: str, waited: float) -> str:
         run = self.run
