@@ -17,8 +17,8 @@ MISSES unanswered checks in a row from a process that is still alive make it `un
 after a SIGSTOP, `t` traced): its state is read from /proc when a check is not answered within SLOW_S,
 and a stopped process's check is a miss then, without waiting for TIMEOUT_S. The diagnosis says what was
 asked, where, since when, whether the process is alive and its state, and its last line. An answer again
-is shown as a recovery. Frozen (SIGSTOP) -> unresponsive: at most HEALTHY_EVERY_S + SLOW_S + the /proc
-read (bench/frozen_detect.py; it was 2 x TIMEOUT_S + up to EVERY_S with a check every second and two
+is shown as a recovery. Frozen (SIGSTOP) -> unresponsive: at most HEALTHY_EVERY_S (+ SCRAPE_SLACK_S) + SLOW_S +
+the /proc read (bench/frozen_detect.py; it was 2 x TIMEOUT_S + up to EVERY_S with a check every second and two
 misses); a process that hangs while running: up to HEALTHY_EVERY_S + 2 x TIMEOUT_S.
 """
 
@@ -39,6 +39,10 @@ if TYPE_CHECKING:
 
 EVERY_S = 1.0  # between the starts of two checks of one endpoint that missed or is unresponsive
 HEALTHY_EVERY_S = 2.0  # an endpoint that answered (a check or a scrape) this recently is not asked
+# a scraped endpoint's window is this much longer than the scrape period: its next answer comes a period
+# later give or take how long each took, and a check whenever the later one took longer was a wasted request
+# (1P1D at load 6-9: 3 checks next to 6 scrapes). A frozen scraped worker is found this much later.
+SCRAPE_SLACK_S = 0.25
 TIMEOUT_S = 1.5
 MISSES = 2  # unanswered checks in a row before it is called unresponsive (1 if its process is stopped)
 SLOW_S = 0.5  # a check not answered this soon: its process's state is read (stopped: no need to wait)
@@ -65,6 +69,7 @@ class ServingHealth:
         self.answered_at: dict[str, float] = {}  # endpoint -> last answer (monotonic), a check's or a scrape's
         self.early: dict[str, tuple[str, dict]] = {}  # endpoint -> its state, read while its check was slow
         self.reading = 0  # such reads running
+        self.scraped: set[str] = set()  # endpoints whose scrapes answer (their window has SCRAPE_SLACK_S more)
         self.http = HttpClient()  # one connection per endpoint, closed when the watch ends
 
     def endpoints(self) -> list[Endpoint]:
@@ -84,6 +89,7 @@ class ServingHealth:
         p = self.run.state.procs.get(name)
         if p is not None and p.stage != "unresponsive" and not self.misses.get(name):
             self.answered_at[name] = time.monotonic()  # an unresponsive one recovers by its own checks
+            self.scraped.add(name)
 
     async def watch(self) -> None:
         try:
@@ -100,7 +106,9 @@ class ServingHealth:
         if self.misses.get(name) or (p is not None and p.stage == "unresponsive"):
             return 0.0  # follow() keeps these EVERY_S apart
         last = self.answered_at.get(name)
-        return 0.0 if last is None else last + self.healthy_every() - now
+        if last is None:
+            return 0.0
+        return last + self.healthy_every() + (SCRAPE_SLACK_S if name in self.scraped else 0.0) - now
 
     def healthy_every(self) -> float:
         """HEALTHY_EVERY_S, or the scrape period where a big run's scrapes are further apart (a worker whose
