@@ -21,6 +21,35 @@ def _isolated_state(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("XDG_CONFIG_HOME", str(base / "config"))
     monkeypatch.chdir(base)  # recipes/ in the cwd would shadow the shipped ones
     yield
+    _reap_local_runs(base / "state")
+
+
+def _reap_local_runs(state: Path) -> None:
+    """A test that failed or timed out half-way (pytest-timeout interrupts it before its own teardown) may
+    leave a local run's simulators serving on the demo ports, and every later test that launches the demo
+    would then fail on a port in use. Tear down whatever local run of this test still has a live process,
+    and say so."""
+    runs = state / "atomdeck" / "runs"
+    if not runs.is_dir():
+        return
+    import asyncio
+    import warnings
+
+    from atomdeck.core.launch.local import group_members
+    from atomdeck.core.run.run import Run
+
+    for d in sorted(runs.iterdir()):
+        try:
+            run = Run.open(d.name)
+        except Exception:
+            continue
+        if run.cluster.launcher != "local":
+            continue
+        live = [h.name for h in run.handles.values() if h.pid and group_members(h.pid)]
+        if live:
+            warnings.warn(f"run {d.name} was still running after the test ({', '.join(live)}): torn down",
+                          stacklevel=1)
+            asyncio.run(run.teardown(grace=1))
 
 
 def pytest_report_header(config):
