@@ -13,6 +13,7 @@ screen is idle again, i.e. after the table was rebuilt and drawn.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -121,12 +122,16 @@ def flood(seconds: float = 30.0, presses: int = 50, engines_nice: int = 0) -> di
         (tmp / "bench8.yaml").write_text(CLUSTER8)
         (tmp / "flood-8.yaml").write_text(RECIPE8)
         env = state_env(tmp, ATOMDECK_SIM_SPEED="20")
+        trace = os.environ.get("KEY_TRACE")  # a file: where each key waited (bench/atomdeck_key_trace.py)
+        console = f"{sys.executable} {Path(__file__).parent / 'atomdeck_key_trace.py'}" if trace else str(ATOMDECK)
+        if trace:
+            env["KEY_TRACE"] = trace
         term = Term(tmp, env)
         old_state = os.environ.get("XDG_STATE_HOME")
         os.environ["XDG_STATE_HOME"] = env["XDG_STATE_HOME"]
         run_id = None
         try:
-            term.start(f"{ATOMDECK} tui --cluster {tmp / 'bench8.yaml'} --recipe {tmp / 'flood-8.yaml'}")
+            term.start(f"{console} tui --cluster {tmp / 'bench8.yaml'} --recipe {tmp / 'flood-8.yaml'}")
             term.wait_for("1 Nodes", timeout=20)
             term.wait_for("flood-n01", timeout=20)
             term.keys("3", "L", "y")
@@ -160,12 +165,14 @@ def flood(seconds: float = 30.0, presses: int = 50, engines_nice: int = 0) -> di
             wait0 = (waited(pid), waited(watcher), os.getloadavg()[0], written(watcher))
             cpu0 = (cpu_s(pid), cpu_s(watcher), time.monotonic())
             wrap = False
+            shown_at: list[float] = []  # (monotonic) when each press was seen on screen
             gap = max(0.05, (seconds - 3) / presses)
             while time.monotonic() - t_flood < seconds:
                 if len(latencies) < presses:
                     wrap = not wrap
                     want = re.compile(r"wrap on" if wrap else r"wrap off")
                     latencies.append(term.press_until("w", want))
+                    shown_at.append(time.monotonic())
                 rss.append(rss_mb(pid))
                 watcher_rss.append(rss_mb(watcher) if watcher else 0.0)
                 time.sleep(gap)
@@ -199,6 +206,9 @@ def flood(seconds: float = 30.0, presses: int = 50, engines_nice: int = 0) -> di
                 if name.startswith("worker"):
                     n, m = _gaps(run.rd.log_path(name))
                     lines, missing = lines + n, missing + m
+            if trace:
+                Path(trace + ".bench.json").write_text(json.dumps(
+                    [(t - x, t) for t, x in zip(shown_at, latencies)]))  # (sent, shown) of each press
             return {"seconds": seconds, "processes": 8, "rate_per_process": 2000, "presses": len(latencies),
                     "engines_nice": engines_nice, "groups_reniced": reniced,
                     "key_p50_s": round(pct(latencies, 50), 4), "key_p95_s": round(pct(latencies, 95), 4),

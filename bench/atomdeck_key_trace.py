@@ -1,0 +1,95 @@
+"""`atomdeck` with a trace of where a key press waits (issue 19): run by `KEY_TRACE=FILE bench/console.py flood`.
+
+Records time.monotonic() (CLOCK_MONOTONIC: the same clock in the bench and in the console) of each key event
+made by Textual's input thread (K), the log screen's wrap action (A: start, end, wrap state) and pulses (U),
+each screen update (F: layout, compositor and display), each App._display (D), and each write and flush of
+Textual's writer thread to the terminal (W: start, end, characters, "wrap on" / "wrap off" in it; L), written to
+$KEY_TRACE as JSON when the console exits. bench/console.py writes FILE.bench.json: (sent, shown) of each press.
+The file's name holds "atomdeck" so that bench/common.console_pid finds the process."""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import sys
+import threading
+import time
+
+from atomdeck.core.cli.main import main
+from atomdeck.tui.screens.logs import LogScreen
+from textual import events
+from textual.app import App
+from textual.drivers import _writer_thread
+from textual.screen import Screen
+
+RECORDS: list[tuple] = []
+now = time.monotonic
+
+
+def _wrap(cls, name: str, record) -> None:
+    original = getattr(cls, name)
+
+    def traced(self, *args, **kwargs):
+        t = now()
+        out = original(self, *args, **kwargs)
+        RECORDS.append(record(self, t, now()))
+        return out
+
+    setattr(cls, name, traced)
+
+
+_key_init = events.Key.__init__
+
+
+def _key(self, *args, **kwargs) -> None:
+    _key_init(self, *args, **kwargs)
+    RECORDS.append(("K", now(), threading.current_thread().name, self.key))
+
+
+events.Key.__init__ = _key
+_wrap(LogScreen, "action_wrap", lambda s, t0, t1: ("A", t0, t1, s.logview.wrap))
+_wrap(LogScreen, "run_updated", lambda s, t0, t1: ("U", t0, t1, s.received))
+_wrap(App, "_display", lambda s, t0, t1: ("D", t0, t1))
+_wrap(Screen, "_on_timer_update", lambda s, t0, t1: ("F", t0, t1))
+
+
+class _Timed:
+    """The writer thread's file: each write and flush timed."""
+
+    def __init__(self, file) -> None:
+        self.file = file
+
+    def write(self, text: str) -> None:
+        t = now()
+        self.file.write(text)
+        RECORDS.append(("W", t, now(), len(text), "wrap on" in text, "wrap off" in text))
+
+    def flush(self) -> None:
+        t = now()
+        self.file.flush()
+        RECORDS.append(("L", t, now()))
+
+    def __getattr__(self, name: str):
+        return getattr(self.file, name)
+
+
+_writer_init = _writer_thread.WriterThread.__init__
+
+
+def _writer(self, file) -> None:
+    _writer_init(self, _Timed(file))
+
+
+_writer_thread.WriterThread.__init__ = _writer
+
+
+@atexit.register
+def _dump() -> None:
+    with open(os.environ["KEY_TRACE"], "w") as f:
+        json.dump(RECORDS, f)
+
+
+if __name__ == "__main__":
+    sys.argv[0] = "atomdeck"
+    sys.exit(main())
