@@ -137,7 +137,9 @@ def _all_needles(patterns: list[tuple[re.Pattern, str, str]]) -> tuple[str, ...]
         if got is None:
             return None
         out += got
-    return tuple(dict.fromkeys(out))
+    out = list(dict.fromkeys(out))
+    # a needle that holds another is found only where that one is: looking for both is one scan too many
+    return tuple(n for n in out if not any(o != n and o in n for o in out))
 
 
 # Most lines (and every line of a log flood) say nothing: one look for a few literal strings in the

@@ -32,6 +32,9 @@ TRICKY = [
     "All 4 expected workers registered", "Router ready | listening", "ERROR something", "thread 'main' panicked at x",
     "ATOM prefill 10.0.0.1:8000 failed: timeout", "ATOM decode x returned error 500", "Received terminate signal",
     "", "=", ":", "\x1b[31mError: red\x1b[0m",
+    # the cheap tests' gates: a credential word then a quote, whitespace, = or :; "gh" then one of its prefixes
+    "ghs_abcdefghijklmnopqrstuvwx1234", "see ghr_abcdefghijklmnopqrstuvwx1234.", "gh_not_a_token_abcdefghijklmnop",
+    "password'=hunter2", 'SECRET_KEY"  :v', "token\x0b=x", "db_passwd\t\t:  x", "tokens=3 token_count: 4",
 ]
 
 
