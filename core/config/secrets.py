@@ -58,7 +58,7 @@ _ASSIGN = re.compile(r"(?i)\b([A-Z0-9_]*(?:TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|
 # "[=:]" test let nearly every line through). _ASSIGN needs a credential word right before its = or :;
 # _TOKEN_SHAPES needs one of these prefixes.
 _CRED_WORDS = ("token", "secret", "passwd", "password", "_key")  # the ends of _ASSIGN's names, lower case
-_SHAPE_PREFIXES = ("hf_", "gh", "sk-", "xox", "AKIA")  # "gh": then one of _GH (one look, not five, when none)
+_SHAPE_PREFIXES = ("hf_", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "sk-", "xox", "AKIA")
 
 
 def _may_assign(line: str) -> bool:
@@ -74,15 +74,16 @@ def _may_assign(line: str) -> bool:
 # regex a word, each with a literal prefix the regex engine looks for fast. A word looked for at each of its
 # places in Python (ATOM's engine-status line says "tokens" twice) cost ~2.5 us a flood line.
 _CRED_NEXT = tuple(re.compile(re.escape(w) + r"['\"\s=:]") for w in _CRED_WORDS)
-_GH = ("ghp_", "gho_", "ghu_", "ghs_", "ghr_")
+_UNDERSCORED = tuple(p for p in _SHAPE_PREFIXES if "_" in p)
+_OTHERS = tuple(p for p in _SHAPE_PREFIXES if "_" not in p)
 
 
 def _may_be_shaped(line: str) -> bool:
-    for prefix in _SHAPE_PREFIXES:
-        if prefix in line:
-            if prefix != "gh" or any(g in line for g in _GH):
-                return True
-    return False
+    # six of the prefixes hold "_": one look for it first (ATOM's status line has none, and it says
+    # "throughput", so a look for "gh" let every flood line through to five more)
+    if "_" in line and any(p in line for p in _UNDERSCORED):
+        return True
+    return any(p in line for p in _OTHERS)
 
 
 def nothing_to_mask(text: str, known: dict[str, str]) -> bool:
