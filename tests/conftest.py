@@ -34,8 +34,9 @@ def _reap_local_runs(state: Path) -> None:
         return
     import asyncio
     import warnings
+    from concurrent.futures import ThreadPoolExecutor
 
-    from atomdeck.core.launch.local import group_members
+    from atomdeck.core.launch.local import is_ours
     from atomdeck.core.run.run import Run
 
     for d in sorted(runs.iterdir()):
@@ -45,11 +46,13 @@ def _reap_local_runs(state: Path) -> None:
             continue
         if run.cluster.launcher != "local":
             continue
-        live = [h.name for h in run.handles.values() if h.pid and group_members(h.pid)]
+        # by the run's marker in the process's environment: a fake run's made-up PIDs may be anyone's
+        live = [h.name for h in run.handles.values() if h.pid and is_ours(h.pid, run.id, h.name)]
         if live:
             warnings.warn(f"run {d.name} was still running after the test ({', '.join(live)}): torn down",
                           stacklevel=1)
-            asyncio.run(run.teardown(grace=1))
+            with ThreadPoolExecutor(1) as ex:  # its own loop, whatever loop this thread may have running
+                ex.submit(asyncio.run, run.teardown(grace=1)).result()
 
 
 def pytest_report_header(config):
