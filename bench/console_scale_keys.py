@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import sys
 import tempfile
 import time
@@ -109,6 +110,11 @@ async def main(mode: str, seconds: float) -> None:
         shown_s: list[float] = []  # key -> the first frame showing the next process's last lines
         shown_cpu: list[float] = []
         i = 0
+        # a key every 13-27 steps (0.65-1.35 s), not every 20: at a fixed second apart each key met the console's
+        # one-second clock at the same phase, so a run measured one point of the clock's cycle (KEY_EVERY=20: as before)
+        gaps = random.Random(19)
+        fixed = int(os.environ.get("KEY_EVERY", 0))
+        next_key = 10
         while time.monotonic() - w0 < seconds:
             if mode == "version":
                 if i % 5 == 0:
@@ -132,12 +138,13 @@ async def main(mode: str, seconds: float) -> None:
                     for f in list(run.line_listeners):
                         f(w, f"[atom] step {i} decode batch 32 tok/s 51.2")
             await asyncio.sleep(step)
-            if i % 20 == 10 and mode != "idle":
+            if i == next_key and mode != "idle":
+                next_key += fixed or gaps.randint(13, 27)
                 was = screen.tail_name
                 frames.clear()
                 f0 = time.perf_counter()
                 k0, kc0 = time.monotonic(), time.process_time()
-                await pilot.press("down" if (i // 20) % 2 == 0 else "up")
+                await pilot.press("down" if len(lat) % 2 == 0 else "up")
                 await pilot.pause()
                 lat.append(time.monotonic() - k0)
                 key_cpu.append(time.process_time() - kc0)
