@@ -58,6 +58,31 @@ def record_frames(app, what):
     app._display = timed_display
     return frames, lambda: setattr(app, "_display", display)
 
+class Stalls:
+    """How late a coroutine that asks to wake every 5 ms wakes: the longest stretch the loop was busy (or the
+    process without a core) is what a key pressed then waits before it is even read."""
+
+    def __init__(self) -> None:
+        self.late: list[float] = []
+        self.task = asyncio.get_running_loop().create_task(self._run())
+
+    async def _run(self) -> None:
+        while True:
+            t = time.perf_counter()
+            await asyncio.sleep(0.005)
+            self.late.append(time.perf_counter() - t - 0.005)
+
+    def report(self) -> str:
+        self.task.cancel()
+        late = sorted(self.late)
+        if not late:
+            return "no samples"
+        q = lambda f: late[min(len(late) - 1, int(len(late) * f))] * 1000  # noqa: E731
+        return (f"loop stalls (a 5 ms sleep's lateness): p50 {q(0.5):.1f} p95 {q(0.95):.1f} p99 {q(0.99):.1f}"
+                f" max {late[-1] * 1000:.1f} ms; {sum(x > 0.02 for x in late)} over 20 ms, {sum(x > 0.04 for x in late)}"
+                f" over 40 ms ({len(late)} samples)")
+
+
 async def main(mode: str, seconds: float) -> None:
     from atomdeck.core.run.events import Event
     from atomdeck.tui.widgets.process_table import ProcessTable
@@ -105,12 +130,13 @@ async def main(mode: str, seconds: float) -> None:
         screen = app.screen
         frames, _ = record_frames(app, lambda: screen.tail_name)  # the last lines' process per frame out
         c0, w0 = time.process_time(), time.monotonic()
+        stalls = Stalls()
         lat: list[float] = []  # pilot's press + pause (its idle waits included)
         key_cpu: list[float] = []
         shown_s: list[float] = []  # key -> the first frame showing the next process's last lines
         shown_cpu: list[float] = []
         i = 0
-        # a key every 13-27 steps (0.65-1.35 s), not every 20: at a fixed second apart each key met the console's
+        # a key every 7-17 steps (0.35-0.85 s), not every 20: at a fixed second apart each key met the console's
         # one-second clock at the same phase, so a run measured one point of the clock's cycle (KEY_EVERY=20: as before)
         gaps = random.Random(19)
         fixed = int(os.environ.get("KEY_EVERY", 0))
@@ -139,7 +165,7 @@ async def main(mode: str, seconds: float) -> None:
                         f(w, f"[atom] step {i} decode batch 32 tok/s 51.2")
             await asyncio.sleep(step)
             if i == next_key and mode != "idle":
-                next_key += fixed or gaps.randint(13, 27)
+                next_key += fixed or gaps.randint(7, 17)
                 was = screen.tail_name
                 frames.clear()
                 f0 = time.perf_counter()
@@ -158,6 +184,7 @@ async def main(mode: str, seconds: float) -> None:
             i += 1
         cpu_s = time.process_time() - c0
         cpu = cpu_s / (time.monotonic() - w0)
+        print(f"{mode}: {stalls.report()}")
         if not lat:  # idle: nobody typed
             print(f"{mode}: console cpu {cpu * 100:.1f}% of a core; CPU per 50 ms step of load {cpu_s / i * 1000:.1f} ms"
                   f" ({i} steps); {len(frames)} frames")

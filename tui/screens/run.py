@@ -36,10 +36,11 @@ TAIL_LINES = 20
 TAIL_EVERY_S = 0.25
 REDRAW_SHARE = 0.25  # at most this share of the event loop goes to redrawing after state changes
 ALL_PARTS = frozenset(("procs", "cells", "pairs", "checks", "conns", "metrics", "run"))
-# The clock's redraw goes one panel per loop turn, this far apart (a frame at 60 fps is 17 ms): a key pressed
-# meanwhile waits behind one panel's drawing, not all of them, and its frame carries that panel's changed
-# lines only (at 128 nodes the whole redraw and the frame it makes were ~40 ms each)
-CLOCK_STEP_S = 0.02
+# The clock's redraw goes one panel per frame: a panel is drawn, the frame with its changed lines goes out,
+# then the next panel. A key pressed meanwhile waits behind one panel's drawing and one panel's frame, not
+# the whole redraw and the frame of all of it (at 128 nodes ~40 ms each). A frame not out after this long
+# (the screen covered, a frozen loop): the next panel anyway.
+CLOCK_STEP_S = 0.1
 
 
 def run_context(app: ConsoleApp) -> str:
@@ -165,8 +166,8 @@ class RunScreen(Screen):
             self.redraw(clock=True)
 
     async def _clock(self) -> None:
-        """The clock's timer: as tick, but a clock redraw is drawn one panel per loop turn, CLOCK_STEP_S apart
-        (a key waits behind one panel's drawing and its frame, not the whole redraw's). Another run or a view
+        """The clock's timer: as tick, but a clock redraw is drawn one panel per frame (a key waits behind one
+        panel's drawing and its frame, not the whole redraw's: CLOCK_STEP_S). Another run or a view
         covering this one ends it; a redraw in between (a scrape, a state change) leaves the panels after it to
         be drawn as of then (_redraw_steps)."""
         live = self.console.live
@@ -184,7 +185,7 @@ class RunScreen(Screen):
                 if panel == "":  # the end of a turn
                     turns.append(turn)
                     turn = []
-                    await asyncio.sleep(CLOCK_STEP_S)
+                    await self._frame_out()
                     if self.console.live is not self.shown or not self.is_mounted or not self._visible():
                         steps.close()  # another run, or covered: what is shown next is drawn whole
                         break
@@ -195,6 +196,15 @@ class RunScreen(Screen):
             self.clock_turns = turns
         finally:
             self._clock_busy = False
+
+    async def _frame_out(self) -> None:
+        """Until the screen's next frame went out (at most CLOCK_STEP_S), then one more loop turn (a key
+        that came meanwhile goes first)."""
+        try:
+            await asyncio.wait_for(self.wait_for_refresh(), CLOCK_STEP_S)
+        except TimeoutError:
+            pass
+        await asyncio.sleep(0)
 
     def _redraw_deferred(self) -> None:
         self._deferred = False
