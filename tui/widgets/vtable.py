@@ -426,13 +426,8 @@ class VirtualTable(ScrollView, can_focus=True):
             if widest > width:
                 col.content_width = widest
                 changed = True
-                continue
-            if widest < width and any(old is None or (i < len(old) and old[i].cell_len >= width) for old in before):
-                new = max((row[i].cell_len for row in self._vt_cells.values() if i < len(row)), default=0)
-                new = max(new, col.label.cell_len)
-                if new != width:
-                    col.content_width = new
-                    changed = True
+            elif widest < width and any(old is None or (i < len(old) and old[i].cell_len >= width) for old in before):
+                return self._measure() or changed  # (a widest cell got narrower: every row measured again)
         return changed
 
     def _table_width(self) -> int:
