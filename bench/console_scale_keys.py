@@ -1,7 +1,9 @@
 """Console at scale without 129 simulators: the deterministic 128-node run of tests/tui/fakescale.py
 (64P64D TP8 + router), attached headless at 160x50, fed what a serving run sends: a metrics scrape per
-endpoint every 2 s (129 endpoints), a health/stage event every 0.25 s and log lines; a key press (down in
-the process table) every second. Prints console CPU (share of a core) and key press -> screen latency: Pilot's
+endpoint every 2 s (129 endpoints), a health/stage event every 0.25 s and log lines; a key press (down or up in
+the process table) every 0.35-0.85 s (random gaps, seeded: the keys meet the console's one-second clock at every
+phase). Also prints the loop's stalls: how late a 5 ms sleep wakes (what a key pressed then waits before it is
+read). Prints console CPU (share of a core) and key press -> screen latency: Pilot's
 press + pause (its idle waits of >= 20 ms each included), and from the key to the first frame the compositor hands
 the driver with the next process's last lines (as `filter` does).
 

@@ -306,6 +306,7 @@ class RunScreen(Screen):
             yield "cells"
         router = self.query_one(RouterPanel)
         if (not clock and dirty - {"metrics", "cells", "pairs"}) or router.outdated_colours():
+            yield from turn()
             router.show(state, now, node=run.plan.router.node, url=run.plan.router.url,
                         model=run.recipe.model.client_name)
             yield "router"

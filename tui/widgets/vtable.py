@@ -10,9 +10,12 @@ of a core; its 10,000-entry cell cache also filled up over a long run (the soak'
 
 - only the rows on screen are drawn (`render_line`), and each row's drawn line is kept per row key
   with what it depends on (the row's version, whether the cursor is on it, its zebra stripe): a change
-  to one row repaints that row only, a cursor move repaints two rows;
+  to one row repaints that row only, a cursor move repaints two rows; changed rows on screen are marked
+  for repainting as runs of neighbouring rows (the clock changes every row: one region), and a row's
+  cells that are laid out as before keep their styled segments (only the changed cell is styled again);
 - `set_rows` takes the whole list at once (a filter, a state change): it compares each row's cells with
   the previous ones (bumping the version of those that changed), keeps the cursor on the same row key,
+  measures the auto-sized columns over the changed rows only (all rows when a widest cell got narrower),
   and draws nothing itself: the cost is the rows shown, not all rows;
 - a row's cells are laid out without Rich's layout machinery where they are one plain line
   (`cell_line`), else by Rich, exactly as DataTable does (Padding, no wrap), and styled as DataTable
