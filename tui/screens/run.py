@@ -271,6 +271,24 @@ class RunScreen(Screen):
         note = "tearing down…" if live.teardown_running else ""
         self.query_one(RunHeader).show(state, d, now, watching=live.watching, note=note)
         self.query_one(WhyPanel).show(state, d)
+        # the light panels with the header, in the first turn (what changes each second there is a few lines);
+        # the big tables and the Serving rows each in a turn of their own
+        router = self.query_one(RouterPanel)
+        if (not clock and dirty - {"metrics", "cells", "pairs"}) or router.outdated_colours():
+            router.show(state, now, node=run.plan.router.node, url=run.plan.router.url,
+                        model=run.recipe.model.client_name)
+            yield "router"
+        if clock or dirty & {"pairs", "procs", "run"}:
+            self._counted("pairs")
+            # (pairs change only by pair events: their count names the matrix's input)
+            self._show_pairs(live, now)
+            set_if_changed(self.query_one("#pairs-box"), "border_subtitle",
+                           PAIR_LEGEND if len(state.pairs) >= MATRIX_FROM else "")
+            yield "pairs"
+        if clock or dirty & {"conns", "procs", "run"}:
+            self._counted("nodes")
+            self.query_one(NodesPanel).show(state, [n.name for n in run.plan.nodes], now, run.cluster.launcher)
+            yield "nodes"
         yield "head"
 
         def turn() -> Iterator[str]:  # a turn ends (the time it took is the redraw's cost)
@@ -304,35 +322,15 @@ class RunScreen(Screen):
             set_if_changed(self.query_one("#barrier-box"), "border_title",
                            "Barrier · node × port" + (f" · {grid.summary}" if grid.summary else ""))
             yield "cells"
-        router = self.query_one(RouterPanel)
-        if (not clock and dirty - {"metrics", "cells", "pairs"}) or router.outdated_colours():
-            yield from turn()
-            router.show(state, now, node=run.plan.router.node, url=run.plan.router.url,
-                        model=run.recipe.model.client_name)
-            yield "router"
-        if clock or dirty & {"pairs", "procs", "run"}:
-            yield from turn()
-            self._counted("pairs")
-            # (pairs change only by pair events: their count names the matrix's input)
-            self._show_pairs(live, now)
-            set_if_changed(self.query_one("#pairs-box"), "border_subtitle",
-                           PAIR_LEGEND if len(state.pairs) >= MATRIX_FROM else "")
-            yield "pairs"
         if "metrics" in dirty or live.metrics_version != self.metrics_drawn or (not clock and dirty & {"procs", "run"}):
             yield from turn()
-            if gen != self.redraw_gen and live.metrics_version == self.metrics_drawn:
-                return  # (a scrape's redraw drew it meanwhile; the nodes panel is the clock's next second's)
-            self._counted("serving")
-            self.metrics_drawn = live.metrics_version
-            self.query_one("#serving-box").display = bool(state.metrics)
-            if state.metrics:
-                self.query_one(ServingPanel).show(state)
-            yield "serving"
-        if clock or dirty & {"conns", "procs", "run"}:
-            yield from turn()
-            self._counted("nodes")
-            self.query_one(NodesPanel).show(state, [n.name for n in run.plan.nodes], now, run.cluster.launcher)
-            yield "nodes"
+            if gen == self.redraw_gen or live.metrics_version != self.metrics_drawn:  # (else drawn meanwhile)
+                self._counted("serving")
+                self.metrics_drawn = live.metrics_version
+                self.query_one("#serving-box").display = bool(state.metrics)
+                if state.metrics:
+                    self.query_one(ServingPanel).show(state)
+                yield "serving"
         if not clock:
             self._draw_tail()
         cost += time.perf_counter() - started
