@@ -71,7 +71,7 @@ class RunScreen(Screen):
         self.next_redraw_at = 0.0  # redraws are spaced so they never take more than REDRAW_SHARE of the loop
         self._deferred = False
         self._pairs_timer = False  # a timer will draw the pairs' change the panel's rate held back
-        self.redraw_gen = 0  # redraws started: a clock redraw spread over loop turns stops when another began
+        self.redraw_gen = 0  # redraws started: a spread clock redraw sees another one ran between its turns
         self._clock_busy = False  # a clock redraw is under way (spread over loop turns, _clock)
         self.clock_turns: list[list[str]] = []  # tests: the panels each turn of the last spread clock redraw drew
 
@@ -232,8 +232,8 @@ class RunScreen(Screen):
 
     def _redraw_steps(self, clock: bool) -> Iterator[str]:
         """The redraw as steps: yields each panel's name once it is drawn and "" between turns (where the
-        clock's timer lets the loop run keys and frames). The panels are drawn from the state and the
-        diagnosis as of the first step (core's state; a state change meanwhile starts a new redraw)."""
+        clock's timer lets the loop run keys and frames). Panels are drawn from core's state (live) with the
+        time and diagnosis of the first turn, or of the turn after another redraw ran in between."""
         if not self.is_mounted or not self._visible():
             return  # (a log view covers it: on_screen_resume draws it again)
         self.redraw_gen += 1
