@@ -1,7 +1,9 @@
 """Console at scale without 129 simulators: the deterministic 128-node run of tests/tui/fakescale.py
 (64P64D TP8 + router), attached headless at 160x50, fed what a serving run sends: a metrics scrape per
-endpoint every 2 s (129 endpoints), a health/stage event every 0.25 s and log lines; a key press (down in
-the process table) every second. Prints console CPU (share of a core) and key press -> screen latency: Pilot's
+endpoint every 2 s (129 endpoints), a health/stage event every 0.25 s and log lines; a key press (down or up in
+the process table) every 0.35-0.85 s (random gaps, seeded: the keys meet the console's one-second clock at every
+phase). Also prints the loop's stalls: how late a 5 ms sleep wakes (what a key pressed then waits before it is
+read). Prints console CPU (share of a core) and key press -> screen latency: Pilot's
 press + pause (its idle waits of >= 20 ms each included), and from the key to the first frame the compositor hands
 the driver with the next process's last lines (as `filter` does).
 
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import sys
 import tempfile
 import time
@@ -56,6 +59,31 @@ def record_frames(app, what):
 
     app._display = timed_display
     return frames, lambda: setattr(app, "_display", display)
+
+class Stalls:
+    """How late a coroutine that asks to wake every 5 ms wakes: the longest stretch the loop was busy (or the
+    process without a core) is what a key pressed then waits before it is even read."""
+
+    def __init__(self) -> None:
+        self.late: list[float] = []
+        self.task = asyncio.get_running_loop().create_task(self._run())
+
+    async def _run(self) -> None:
+        while True:
+            t = time.perf_counter()
+            await asyncio.sleep(0.005)
+            self.late.append(time.perf_counter() - t - 0.005)
+
+    def report(self) -> str:
+        self.task.cancel()
+        late = sorted(self.late)
+        if not late:
+            return "no samples"
+        q = lambda f: late[min(len(late) - 1, int(len(late) * f))] * 1000  # noqa: E731
+        return (f"loop stalls (a 5 ms sleep's lateness): p50 {q(0.5):.1f} p95 {q(0.95):.1f} p99 {q(0.99):.1f}"
+                f" max {late[-1] * 1000:.1f} ms; {sum(x > 0.02 for x in late)} over 20 ms, {sum(x > 0.04 for x in late)}"
+                f" over 40 ms ({len(late)} samples)")
+
 
 async def main(mode: str, seconds: float) -> None:
     from atomdeck.core.run.events import Event
@@ -104,11 +132,17 @@ async def main(mode: str, seconds: float) -> None:
         screen = app.screen
         frames, _ = record_frames(app, lambda: screen.tail_name)  # the last lines' process per frame out
         c0, w0 = time.process_time(), time.monotonic()
+        stalls = Stalls()
         lat: list[float] = []  # pilot's press + pause (its idle waits included)
         key_cpu: list[float] = []
         shown_s: list[float] = []  # key -> the first frame showing the next process's last lines
         shown_cpu: list[float] = []
         i = 0
+        # a key every 7-17 steps (0.35-0.85 s), not every 20: at a fixed second apart each key met the console's
+        # one-second clock at the same phase, so a run measured one point of the clock's cycle (KEY_EVERY=20: as before)
+        gaps = random.Random(19)
+        fixed = int(os.environ.get("KEY_EVERY", 0))
+        next_key = 10
         while time.monotonic() - w0 < seconds:
             if mode == "version":
                 if i % 5 == 0:
@@ -132,12 +166,13 @@ async def main(mode: str, seconds: float) -> None:
                     for f in list(run.line_listeners):
                         f(w, f"[atom] step {i} decode batch 32 tok/s 51.2")
             await asyncio.sleep(step)
-            if i % 20 == 10 and mode != "idle":
+            if i == next_key and mode != "idle":
+                next_key += fixed or gaps.randint(7, 17)
                 was = screen.tail_name
                 frames.clear()
                 f0 = time.perf_counter()
                 k0, kc0 = time.monotonic(), time.process_time()
-                await pilot.press("down" if (i // 20) % 2 == 0 else "up")
+                await pilot.press("down" if len(lat) % 2 == 0 else "up")
                 await pilot.pause()
                 lat.append(time.monotonic() - k0)
                 key_cpu.append(time.process_time() - kc0)
@@ -151,6 +186,7 @@ async def main(mode: str, seconds: float) -> None:
             i += 1
         cpu_s = time.process_time() - c0
         cpu = cpu_s / (time.monotonic() - w0)
+        print(f"{mode}: {stalls.report()}")
         if not lat:  # idle: nobody typed
             print(f"{mode}: console cpu {cpu * 100:.1f}% of a core; CPU per 50 ms step of load {cpu_s / i * 1000:.1f} ms"
                   f" ({i} steps); {len(frames)} frames")

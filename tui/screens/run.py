@@ -5,7 +5,9 @@ under the cursor. Enter opens a log; D tears the run down (asks first)."""
 
 from __future__ import annotations
 
+import asyncio
 import time
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, cast
 
 from textual.app import ComposeResult
@@ -34,6 +36,11 @@ TAIL_LINES = 20
 TAIL_EVERY_S = 0.25
 REDRAW_SHARE = 0.25  # at most this share of the event loop goes to redrawing after state changes
 ALL_PARTS = frozenset(("procs", "cells", "pairs", "checks", "conns", "metrics", "run"))
+# The clock's redraw goes one panel per frame: a panel is drawn, the frame with its changed lines goes out,
+# then the next panel. A key pressed meanwhile waits behind one panel's drawing and one panel's frame, not
+# the whole redraw and the frame of all of it (at 128 nodes ~40 ms each). A frame not out after this long
+# (the screen covered, a frozen loop): the next panel anyway.
+CLOCK_STEP_S = 0.1
 
 
 def run_context(app: ConsoleApp) -> str:
@@ -64,6 +71,9 @@ class RunScreen(Screen):
         self.next_redraw_at = 0.0  # redraws are spaced so they never take more than REDRAW_SHARE of the loop
         self._deferred = False
         self._pairs_timer = False  # a timer will draw the pairs' change the panel's rate held back
+        self.redraw_gen = 0  # redraws started: a spread clock redraw sees another one ran between its turns
+        self._clock_busy = False  # a clock redraw is under way (spread over loop turns, _clock)
+        self.clock_turns: list[list[str]] = []  # tests: the panels each turn of the last spread clock redraw drew
 
     @property
     def console(self) -> ConsoleApp:
@@ -108,7 +118,7 @@ class RunScreen(Screen):
         table = self.query_one(ProcessTable)
         table.on_cursor = self._cursor_moved  # the last lines follow in the cursor's own frame
         table.focus()
-        self.set_interval(1.0, self.tick)  # time in stage keeps counting without events
+        self.set_interval(1.0, self._clock)  # time in stage keeps counting without events
         self.redraw()
 
     def on_screen_resume(self) -> None:
@@ -155,6 +165,47 @@ class RunScreen(Screen):
         else:
             self.redraw(clock=True)
 
+    async def _clock(self) -> None:
+        """The clock's timer: as tick, but a clock redraw is drawn one panel per frame (a key waits behind one
+        panel's drawing and its frame, not the whole redraw's: CLOCK_STEP_S). Another run or a view
+        covering this one ends it; a redraw in between (a scrape, a state change) leaves the panels after it to
+        be drawn as of then (_redraw_steps)."""
+        live = self.console.live
+        if live is None or live is not self.shown or live.version != self.drawn_version:
+            self.redraw()
+            return
+        if self._clock_busy:
+            return  # (the last second's is still going: a slow loop)
+        self._clock_busy = True
+        try:
+            steps = self._redraw_steps(clock=True)
+            turns: list[list[str]] = []
+            turn: list[str] = []
+            for panel in steps:
+                if panel == "":  # the end of a turn
+                    turns.append(turn)
+                    turn = []
+                    await self._frame_out()
+                    if self.console.live is not self.shown or not self.is_mounted or not self._visible():
+                        steps.close()  # another run, or covered: what is shown next is drawn whole
+                        break
+                else:
+                    turn.append(panel)
+            if turn:
+                turns.append(turn)
+            self.clock_turns = turns
+        finally:
+            self._clock_busy = False
+
+    async def _frame_out(self) -> None:
+        """Until the screen's next frame went out (at most CLOCK_STEP_S), then one more loop turn (a key
+        that came meanwhile goes first)."""
+        try:
+            await asyncio.wait_for(self.wait_for_refresh(), CLOCK_STEP_S)
+        except TimeoutError:
+            pass
+        await asyncio.sleep(0)
+
     def _redraw_deferred(self) -> None:
         self._deferred = False
         self.run_updated()
@@ -175,9 +226,18 @@ class RunScreen(Screen):
     # -- drawing ---------------------------------------------------------------------------------
     def redraw(self, clock: bool = False) -> None:
         """Everything from the run's state; `clock`: the state did not change since the last redraw,
-        only the time did (see tick)."""
+        only the time did (see tick). All panels in this turn (the clock's timer spreads them: _clock)."""
+        for _ in self._redraw_steps(clock):
+            pass
+
+    def _redraw_steps(self, clock: bool) -> Iterator[str]:
+        """The redraw as steps: yields each panel's name once it is drawn and "" between turns (where the
+        clock's timer lets the loop run keys and frames). Panels are drawn from core's state (live) with the
+        time and diagnosis of the first turn, or of the turn after another redraw ran in between."""
         if not self.is_mounted or not self._visible():
             return  # (a log view covers it: on_screen_resume draws it again)
+        self.redraw_gen += 1
+        gen = self.redraw_gen
         app = self.console
         live = app.live
         if live is not self.shown:
@@ -190,6 +250,7 @@ class RunScreen(Screen):
             self.refresh_bindings()
             return
         started = time.perf_counter()
+        cost = 0.0
         dirty = self._dirty(live, clock)
         self.drawn_changes = dict(live.changes)
         if live is not self.shown:
@@ -209,10 +270,44 @@ class RunScreen(Screen):
         d = diagnose(state, now)
         note = "tearing down…" if live.teardown_running else ""
         self.query_one(RunHeader).show(state, d, now, watching=live.watching, note=note)
+        self.query_one(WhyPanel).show(state, d)
+        # the light panels with the header, in the first turn (what changes each second there is a few lines);
+        # the big tables and the Serving rows each in a turn of their own
+        router = self.query_one(RouterPanel)
+        if (not clock and dirty - {"metrics", "cells", "pairs"}) or router.outdated_colours():
+            router.show(state, now, node=run.plan.router.node, url=run.plan.router.url,
+                        model=run.recipe.model.client_name)
+            yield "router"
+        if clock or dirty & {"pairs", "procs", "run"}:
+            self._counted("pairs")
+            # (pairs change only by pair events: their count names the matrix's input)
+            self._show_pairs(live, now)
+            set_if_changed(self.query_one("#pairs-box"), "border_subtitle",
+                           PAIR_LEGEND if len(state.pairs) >= MATRIX_FROM else "")
+            yield "pairs"
+        if clock or dirty & {"conns", "procs", "run"}:
+            self._counted("nodes")
+            self.query_one(NodesPanel).show(state, [n.name for n in run.plan.nodes], now, run.cluster.launcher)
+            yield "nodes"
+        yield "head"
+
+        def turn() -> Iterator[str]:  # a turn ends (the time it took is the redraw's cost)
+            nonlocal cost, started, now, d
+            cost += time.perf_counter() - started
+            yield ""
+            started = time.perf_counter()
+            if gen != self.redraw_gen:  # another redraw drew meanwhile (a scrape, a state change): the next
+                now = app.now()  # panels are drawn as of now, with the diagnosis it drew
+                if state.status in ("failed", "stopped", "dirty") and state.since:
+                    now = min(now, state.since)
+                d = diagnose(state, now)
+
         table = self.query_one(ProcessTable)
         if clock or dirty & {"procs", "run"}:
+            yield from turn()
             self._counted("procs")
             table.show(state, now, {n: live.pid(n) for n in state.procs})
+            yield "procs"
         if not table.touched:  # the process to look at, until the operator picks one
             if d.culprit:
                 table.select(d.culprit)
@@ -221,34 +316,26 @@ class RunScreen(Screen):
         self.culprit = d.culprit
         grid = self.query_one(BarrierGrid)
         if clock or dirty & {"cells", "procs", "run"}:
+            yield from turn()
             self._counted("cells")
             grid.show(state, d.blocking, now, version=live.changes.get("cells", 0))
             set_if_changed(self.query_one("#barrier-box"), "border_title",
                            "Barrier · node × port" + (f" · {grid.summary}" if grid.summary else ""))
-        router = self.query_one(RouterPanel)
-        if (not clock and dirty - {"metrics", "cells", "pairs"}) or router.outdated_colours():
-            router.show(state, now, node=run.plan.router.node, url=run.plan.router.url,
-                        model=run.recipe.model.client_name)
-        if clock or dirty & {"pairs", "procs", "run"}:
-            self._counted("pairs")
-            # (pairs change only by pair events: their count names the matrix's input)
-            self._show_pairs(live, now)
-            set_if_changed(self.query_one("#pairs-box"), "border_subtitle",
-                           PAIR_LEGEND if len(state.pairs) >= MATRIX_FROM else "")
+            yield "cells"
         if "metrics" in dirty or live.metrics_version != self.metrics_drawn or (not clock and dirty & {"procs", "run"}):
-            self._counted("serving")
-            self.metrics_drawn = live.metrics_version
-            self.query_one("#serving-box").display = bool(state.metrics)
-            if state.metrics:
-                self.query_one(ServingPanel).show(state)
-        if clock or dirty & {"conns", "procs", "run"}:
-            self._counted("nodes")
-            self.query_one(NodesPanel).show(state, [n.name for n in run.plan.nodes], now, run.cluster.launcher)
-        self.query_one(WhyPanel).show(state, d)
+            yield from turn()
+            if gen == self.redraw_gen or live.metrics_version != self.metrics_drawn:  # (else drawn meanwhile)
+                self._counted("serving")
+                self.metrics_drawn = live.metrics_version
+                self.query_one("#serving-box").display = bool(state.metrics)
+                if state.metrics:
+                    self.query_one(ServingPanel).show(state)
+                yield "serving"
         if not clock:
             self._draw_tail()
-        self.redraw_cost = time.perf_counter() - started
-        self.next_redraw_at = time.monotonic() + self.redraw_cost * (1 - REDRAW_SHARE) / REDRAW_SHARE
+        cost += time.perf_counter() - started
+        self.redraw_cost = cost
+        self.next_redraw_at = time.monotonic() + cost * (1 - REDRAW_SHARE) / REDRAW_SHARE
 
     def _show_pairs(self, live: LiveRun, now: float) -> None:
         version = (id(live.state), live.changes.get("pairs", 0))
