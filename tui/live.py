@@ -77,6 +77,7 @@ class LiveRun:
         self.wants: dict[object, set[str]] = {}  # who (a screen) -> the processes it shows every line of
         self.asked: set[str] = set()
         self.synced: set[str] = set()  # asked, and the watcher said from which offset their lines come
+        self._history: dict[str, tuple[tuple[int, int], list[str]]] = {}  # tail()'s lines from disk
         self.base_seq: dict[str, int] = {}  # line_seq when that offset was set (buffers hold what came after)
         self.resyncs: dict[str, int] = {}  # how often it was set (a log view reloads when it changes)
         self._told = False  # the watcher was told what to send
@@ -237,10 +238,22 @@ class LiveRun:
         """The last n lines of a process: what this console received, else core's last lines (read
         from disk when the run was reattached)."""
         buf = self.buffers.get(name)
-        if buf and self.streams(name):
-            return list(islice(reversed(buf), n))[::-1]
+        if self.streams(name):
+            got = list(islice(reversed(buf), n))[::-1] if buf else []
+            if len(got) < n:  # the lines before the watcher's offset are on disk: the panel is never short
+                got = self._before(name, n)[len(got) - n:] + got
+            if got:
+                return got
         p = self.state.procs.get(name)
         return list(p.last_lines)[-n:] if p else []
+
+    def _before(self, name: str, n: int) -> list[str]:
+        """history(name, n), read once per offset the watcher named (a view asks at every redraw)."""
+        key = (self.start_offsets.get(name, 0), n)
+        hit = self._history.get(name)
+        if hit is None or hit[0] != key:
+            hit = self._history[name] = (key, self.history(name, n))
+        return hit[1]
 
     def secrets(self) -> dict[str, str]:
         """The run's environment, for masking secret values in lines read from disk."""
