@@ -48,20 +48,26 @@ async def full_and_following(pilot):
     return run, screen, log
 
 
+def bar_draws(monkeypatch) -> list[str]:
+    """The names of the scrollbars Textual draws from now on (its render_lines, counted)."""
+    drawn: list[str] = []
+    textual_path = ScrollBar.render_lines
+
+    def counted(self, crop):
+        drawn.append(self.name)
+        return textual_path(self, crop)
+
+    monkeypatch.setattr(ScrollBar, "render_lines", counted)
+    return drawn
+
+
 async def test_a_following_flood_draws_its_scrollbars_once(monkeypatch):
     """Following a full log, every batch changes the rows but not the scrollbars (5,000 lines, at the end):
     their rows are kept. Textual drew both bars again in every frame of the log (~2-8 ms a frame)."""
     app = make_app()
     async with app.run_test(size=BIG) as pilot:
         run, screen, log = await full_and_following(pilot)
-        drawn: list[str] = []
-        textual_path = ScrollBar.render_lines
-
-        def counted(self, crop):
-            drawn.append(self.name)
-            return textual_path(self, crop)
-
-        monkeypatch.setattr(ScrollBar, "render_lines", counted)
+        drawn = bar_draws(monkeypatch)
         frames = count_frames(log)
         n = log.max_lines + 100
         for batch in range(8):
@@ -79,14 +85,7 @@ async def test_a_wrap_toggle_draws_the_scrollbars_only_the_first_time(monkeypatc
     app = make_app()
     async with app.run_test(size=BIG) as pilot:
         run, screen, log = await full_and_following(pilot)
-        drawn: list[str] = []
-        textual_path = ScrollBar.render_lines
-
-        def counted(self, crop):
-            drawn.append(self.name)
-            return textual_path(self, crop)
-
-        monkeypatch.setattr(ScrollBar, "render_lines", counted)
+        drawn = bar_draws(monkeypatch)
         frames = count_frames(log)
         rows = log.virtual_size.height
         per_toggle = []

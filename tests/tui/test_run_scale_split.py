@@ -128,15 +128,20 @@ def _rows(n: int, second: int) -> list[tuple[str, list[Text]]]:
     return [(f"p{i:03d}", [*_FIXED[i], Text(f"{second}s", justify="right")]) for i in range(n)]
 
 
+async def _table_of_129(app, pilot) -> VirtualTable:
+    t = app.query_one(VirtualTable)
+    t.set_columns([("name", "NAME"), ("role", "ROLE"), ("node", "NODE"), ("stage", "STAGE"), ("since", "SINCE")])
+    t.set_rows(_rows(129, 10))
+    await pilot.pause()
+    return t
+
+
 async def test_a_change_to_every_row_repaints_the_rows_on_screen_as_one_region(monkeypatch):
     """The clock changes a cell of each of 129 rows: the rows on screen are marked for repainting as one region
     (on the tree before: one region per row, the rows scrolled away included in the work)."""
     app = Table()
     async with app.run_test(size=(60, 20)) as pilot:
-        t = app.query_one(VirtualTable)
-        t.set_columns([("name", "NAME"), ("role", "ROLE"), ("node", "NODE"), ("stage", "STAGE"), ("since", "SINCE")])
-        t.set_rows(_rows(129, 10))
-        await pilot.pause()
+        t = await _table_of_129(app, pilot)
         regions: list = []
         real = t.refresh
 
@@ -156,10 +161,7 @@ async def test_a_changed_cell_is_measured_and_styled_alone(monkeypatch):
     narrower, and styles a row's line again only for its changed cells."""
     app = Table()
     async with app.run_test(size=(60, 20)) as pilot:
-        t = app.query_one(VirtualTable)
-        t.set_columns([("name", "NAME"), ("role", "ROLE"), ("node", "NODE"), ("stage", "STAGE"), ("since", "SINCE")])
-        t.set_rows(_rows(129, 10))
-        await pilot.pause()
+        t = await _table_of_129(app, pilot)
         measured = [0]
         real_measure = t._measure
 
