@@ -1,12 +1,19 @@
 """Make ``atomdeck.sim`` importable for the shims, installed or straight from a checkout."""
 
 import importlib.util
+import os
 import sys
 import types
 from pathlib import Path
 
 
 def ensure() -> None:
+    nice = os.environ.get("ATOMSIM_NICE", "").strip()
+    if nice.lstrip("-").isdigit():  # before the heavy imports: a benchmark's engines yield the CPU from the start
+        try:
+            os.nice(int(nice))
+        except OSError:
+            pass
     try:
         import atomdeck.sim  # noqa: F401
         return
