@@ -113,7 +113,8 @@ class ServingHealth:
     def healthy_every(self) -> float:
         """HEALTHY_EVERY_S, or the scrape period where a big run's scrapes are further apart (a worker whose
         scrapes answer is then still asked nothing more)."""
-        return max(HEALTHY_EVERY_S, self.group.metrics.period())
+        metrics = getattr(self.group, "metrics", None)  # a health watcher alone has no scrapes to follow
+        return max(HEALTHY_EVERY_S, metrics.period() if metrics is not None else 0.0)
 
     async def follow(self, ep: Endpoint, phase: float = 0.0) -> None:
         await asyncio.sleep(phase)  # spread over the period: not every endpoint in the same instant
