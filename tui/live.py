@@ -238,14 +238,12 @@ class LiveRun:
         """The last n lines of a process: what this console received, else core's last lines (read
         from disk when the run was reattached)."""
         buf = self.buffers.get(name)
-        if self.filtering and name in self.synced:  # every line after the offset the watcher named
-            got = list(islice(reversed(buf), n))[::-1] if buf else []
-            if len(got) < n:  # the lines before that offset are on disk: the panel is never short
-                got = self._before(name, n)[len(got) - n:] + got
-            if got:
-                return got
-        elif buf and self.streams(name):
-            return list(islice(reversed(buf), n))[::-1]
+        got = list(islice(reversed(buf), n))[::-1] if buf else []
+        if self.filtering and name in self.synced and len(got) < n:
+            # every line after the offset the watcher named came here; those before it are on disk
+            got = self._before(name, n)[len(got) - n:] + got
+        if got and self.streams(name):
+            return got
         p = self.state.procs.get(name)
         return list(p.last_lines)[-n:] if p else []
 
