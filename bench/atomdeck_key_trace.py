@@ -2,7 +2,7 @@
 
 Records time.monotonic() (CLOCK_MONOTONIC: the same clock in the bench and in the console) of each key event
 made by Textual's input thread (K), the log screen's wrap action (A: start, end, wrap state) and pulses (U),
-each screen update (F: layout, compositor and display), each App._display (D), and each write and flush of
+each screen update (F: layout, compositor and display), each App._display (D), and each pass of the cyclic GC (G: generation), each write and flush of
 Textual's writer thread to the terminal (W: start, end, characters, "wrap on" / "wrap off" in it; L), written to
 $KEY_TRACE as JSON when the console exits. bench/console.py writes FILE.bench.json: (sent, shown) of each press.
 The file's name holds "atomdeck" so that bench/common.console_pid finds the process."""
@@ -10,6 +10,7 @@ The file's name holds "atomdeck" so that bench/common.console_pid finds the proc
 from __future__ import annotations
 
 import atexit
+import gc
 import json
 import os
 import sys
@@ -73,6 +74,19 @@ class _Timed:
     def __getattr__(self, name: str):
         return getattr(self.file, name)
 
+
+_gc_start = [0.0]
+
+
+def _gc(phase: str, info: dict) -> None:
+    """Each pass of the cyclic GC (G: start, end, generation): a full pass holds the loop as a busy frame does."""
+    if phase == "start":
+        _gc_start[0] = now()
+    else:
+        RECORDS.append(("G", _gc_start[0], now(), info["generation"]))
+
+
+gc.callbacks.append(_gc)
 
 _writer_init = _writer_thread.WriterThread.__init__
 

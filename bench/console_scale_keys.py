@@ -66,6 +66,8 @@ class Stalls:
 
     def __init__(self) -> None:
         self.late: list[float] = []
+        self.t0 = time.perf_counter()
+        self.big: list[tuple[float, float]] = []  # (seconds in, lateness) of each stall over 40 ms
         self.task = asyncio.get_running_loop().create_task(self._run())
 
     async def _run(self) -> None:
@@ -73,6 +75,8 @@ class Stalls:
             t = time.perf_counter()
             await asyncio.sleep(0.005)
             self.late.append(time.perf_counter() - t - 0.005)
+            if self.late[-1] > 0.04:
+                self.big.append((t - self.t0, self.late[-1]))
 
     def report(self) -> str:
         self.task.cancel()
@@ -82,7 +86,40 @@ class Stalls:
         q = lambda f: late[min(len(late) - 1, int(len(late) * f))] * 1000  # noqa: E731
         return (f"loop stalls (a 5 ms sleep's lateness): p50 {q(0.5):.1f} p95 {q(0.95):.1f} p99 {q(0.99):.1f}"
                 f" max {late[-1] * 1000:.1f} ms; {sum(x > 0.02 for x in late)} over 20 ms, {sum(x > 0.04 for x in late)}"
-                f" over 40 ms ({len(late)} samples)")
+                f" over 40 ms ({len(late)} samples)"
+                + ("; over 40 ms at " + ", ".join(f"{at:.1f} s ({d * 1000:.0f} ms)" for at, d in self.big[:12])
+                   if os.environ.get("STALLS_AT") else ""))
+
+
+class GcPasses:
+    """The cyclic GC's passes while measuring, by generation: how many and how long (a full pass over the
+    console's objects holds the loop as a stall does; a key pressed then waits behind it)."""
+
+    def __init__(self) -> None:
+        import gc
+
+        self.gc = gc
+        self.passes: list[tuple[int, float]] = []
+        self._t = 0.0
+        self.t0 = time.perf_counter()
+        gc.callbacks.append(self._cb)
+
+    def _cb(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._t = time.perf_counter()
+        else:
+            self.passes.append((info["generation"], time.perf_counter() - self._t))
+            if info["generation"] == 2 and os.environ.get("STALLS_AT"):
+                print(f"gen2 pass at {self._t - self.t0:.1f} s: {(time.perf_counter() - self._t) * 1000:.0f} ms")
+
+    def report(self) -> str:
+        self.gc.callbacks.remove(self._cb)
+        out = []
+        for g in (0, 1, 2):
+            d = sorted(s for gen, s in self.passes if gen == g)
+            if d:
+                out.append(f"gen{g} {len(d)} passes, max {d[-1] * 1000:.1f} ms, total {sum(d) * 1000:.0f} ms")
+        return "gc: " + ("; ".join(out) or "no passes") + f"; frozen {self.gc.get_freeze_count()} objects"
 
 
 async def main(mode: str, seconds: float) -> None:
@@ -133,6 +170,7 @@ async def main(mode: str, seconds: float) -> None:
         frames, _ = record_frames(app, lambda: screen.tail_name)  # the last lines' process per frame out
         c0, w0 = time.process_time(), time.monotonic()
         stalls = Stalls()
+        passes = GcPasses()
         lat: list[float] = []  # pilot's press + pause (its idle waits included)
         key_cpu: list[float] = []
         shown_s: list[float] = []  # key -> the first frame showing the next process's last lines
@@ -187,6 +225,7 @@ async def main(mode: str, seconds: float) -> None:
         cpu_s = time.process_time() - c0
         cpu = cpu_s / (time.monotonic() - w0)
         print(f"{mode}: {stalls.report()}")
+        print(f"{mode}: {passes.report()}")
         if not lat:  # idle: nobody typed
             print(f"{mode}: console cpu {cpu * 100:.1f}% of a core; CPU per 50 ms step of load {cpu_s / i * 1000:.1f} ms"
                   f" ({i} steps); {len(frames)} frames")

@@ -14,7 +14,7 @@ import sys
 def report(path: str) -> list[dict]:
     rec = json.load(open(path))
     presses = json.load(open(path + ".bench.json"))
-    kind = {k: [r for r in rec if r[0] == k] for k in "KAWFD"}
+    kind = {k: [r for r in rec if r[0] == k] for k in "KAWFDG"}
     rows = []
     for sent, shown in presses:
         key = next((r for r in kind["K"] if r[1] >= sent - 0.001), None)
@@ -30,7 +30,11 @@ def report(path: str) -> list[dict]:
                      "frame": ms(frame[1], frame[2]) if frame else None,
                      "to_write": ms(frame[2], write[1]) if frame and write else None,
                      "write": ms(write[1], write[2]) if write else None,
-                     "write_to_shown": ms(write[2], shown) if write else None})
+                     "write_to_shown": ms(write[2], shown) if write else None,
+                     # the cyclic GC's passes inside the press (the loop held by them), and the longest one's generation
+                     "gc": round(sum(min(g[2], shown) - max(g[1], sent) for g in kind["G"]
+                                     if g[2] > sent and g[1] < shown) * 1000, 1),
+                     "gc_gen": max((g[3] for g in kind["G"] if g[2] > sent and g[1] < shown), default=None)})
     return sorted(rows, key=lambda r: r["total"])
 
 

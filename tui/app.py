@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from rich.text import Text
-from textual import work
+from textual import events, work
 from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.reactive import reactive
@@ -30,6 +30,7 @@ from textual.screen import Screen
 from textual.timer import Timer
 
 from . import bindings
+from .gc_steward import FREEZE_EVERY_S, GcSteward
 
 # Only Textual and light modules above: the console's first frame (screens/loading.py) is drawn before
 # pydantic, YAML and the design modules are imported (ConsoleApp.defer). Imported where used below.
@@ -116,6 +117,7 @@ class ConsoleApp(App[int]):
         self._to_load: tuple[str, str, tuple[str, ...], frozenset[str], str | None] | None = (
             recipe, cluster, tuple(nodes), frozenset(overrides), run_id)
         self.load_error: Exception | None = None  # why a deferred load failed (the console then ends)
+        self.gc_steward = GcSteward()  # the cyclic GC's full passes off the key path (gc_steward.py)
         self.defer = defer and not run_id
         if self.defer:
             from ..core.config.paths import find_cluster, find_recipe
@@ -202,6 +204,12 @@ class ConsoleApp(App[int]):
     async def on_unmount(self) -> None:
         if self.loaded:
             await self.runs.close()
+        self.gc_steward.close()
+
+    async def on_event(self, event: events.Event) -> None:
+        if isinstance(event, events.Key):  # the steward's full GC pass waits for a quiet moment (gc_steward.py)
+            self.gc_steward.key()
+        await super().on_event(event)
 
     # -- start-up ---------------------------------------------------------------------------
     def get_default_screen(self) -> Screen:
@@ -214,6 +222,7 @@ class ConsoleApp(App[int]):
                              Path(cluster).stem if cluster.endswith((".yaml", ".yml")) else cluster)
 
     def on_mount(self) -> None:
+        self.set_interval(FREEZE_EVERY_S, self.gc_steward.tick, name="gc-steward")
         keymap, problems = bindings.load_keymap(self.keymap_file)
         self.keymap = keymap
         if keymap:

@@ -79,3 +79,16 @@ async def attached_scale(pilot: Pilot, redraw: bool = False):
     if redraw:
         screen.redraw()
     return run, screen
+
+
+async def pulse(screen, pilot: Pilot) -> None:
+    """The pulse after a state change, not deferred behind the previous redraw's cost, and until it is drawn: a
+    run of SPREAD_FROM processes or more draws a change over a few frames (screens/run.py _spread)."""
+    screen.next_redraw_at = 0.0
+    screen.run_updated()
+    live = pilot.app.live
+    for _ in range(300):
+        if screen.drawn_version == live.version and not screen._clock_busy:
+            return
+        await pilot.pause(0.01)
+    raise AssertionError(f"the change was not drawn in 3 s: version {screen.drawn_version} of {live.version}")

@@ -8,7 +8,7 @@ import time
 from atomdeck.core.run.events import Event
 
 from .conftest import make_app
-from .runhelpers import attached_scale
+from .runhelpers import attached_scale, pulse
 
 
 def _metrics(run, name: str, k: float) -> None:
@@ -23,8 +23,7 @@ async def test_a_pair_event_redraws_the_handshake_panel_only():
         screen.redraw(clock=True)  # the clock: the Serving panel appears
         before = dict(screen.redraws)
         run.emit(Event("pair", "prefill-1>decode-2", "failed", "decode-2 cannot reach prefill-1"))
-        screen.next_redraw_at = 0.0
-        screen.run_updated()  # the pulse after a state change
+        await pulse(screen, pilot)  # the pulse after a state change
         after = dict(screen.redraws)
         assert after["pairs"] == before["pairs"] + 1
         for panel in ("procs", "cells", "serving", "nodes"):
@@ -50,8 +49,7 @@ async def test_a_metrics_scrape_redraws_the_serving_panel_not_the_process_table(
         # a state change after it (a stage) redraws the process table
         before = dict(screen.redraws)
         run.emit(Event("proc.stage", "decode-17", "http_up", "GET /health 200"))
-        screen.next_redraw_at = 0.0
-        screen.run_updated()
+        await pulse(screen, pilot)
         assert screen.redraws["procs"] == before["procs"] + 1
         assert screen.query_one("#proc-table").get_cell("decode-17", "stage").plain == "http up"
 

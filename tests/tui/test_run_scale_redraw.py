@@ -8,7 +8,6 @@ from __future__ import annotations
 import random
 
 from atomdeck.core.run.events import Event
-from atomdeck.tui.screens.run import RunScreen
 from atomdeck.tui.widgets import barrier_grid, run_panels
 from atomdeck.tui.widgets.run_panels import RouterPanel
 from atomdeck.tui.widgets.serving_panel import spark_text
@@ -21,7 +20,7 @@ from textual.widget import Widget
 from .conftest import make_app
 from .fakerun import fake_run
 from .fakescale import fake_scale_run
-from .runhelpers import attached_scale, text_of
+from .runhelpers import attached_scale, pulse, text_of
 
 
 def _counting(monkeypatch, module, name: str) -> list[int]:
@@ -37,10 +36,6 @@ def _counting(monkeypatch, module, name: str) -> list[int]:
     return calls
 
 
-def _pulse(screen: RunScreen) -> None:
-    screen.next_redraw_at = 0.0  # (not deferred behind the previous redraw's cost)
-    screen.run_updated()
-
 
 async def test_the_handshake_matrix_is_collapsed_again_only_when_a_pair_changed(monkeypatch):
     app = make_app()
@@ -50,11 +45,11 @@ async def test_the_handshake_matrix_is_collapsed_again_only_when_a_pair_changed(
         for i in range(3):  # the clock, and process events: nothing the matrix shows changed
             screen.redraw(clock=True)
             run.emit(Event("proc.health", f"decode-{i}", "unresponsive", "GET /health timed out"))
-            _pulse(screen)
+            await pulse(screen, pilot)
         assert screen.redraws["pairs"] >= 6  # the panel was asked to redraw every time...
         assert collapses[0] == 0  # ...and built nothing
         run.emit(Event("pair", "prefill-1>decode-2", "failed", "decode-2 cannot reach prefill-1"))
-        _pulse(screen)
+        await pulse(screen, pilot)
         assert collapses[0] == 1
         assert "prefill-1" in text_of(screen.query_one("#pairs"))
         screen.redraw(clock=True)
@@ -73,7 +68,7 @@ async def test_pairs_moving_on_redraw_the_matrix_in_place_without_a_layout_pass(
         pairs = screen.query_one("#pairs")
         for d in range(10):  # ten pairs transferred: the counts line names that stage from now on
             run.emit(Event("pair", f"prefill-30>decode-{d}", "transferred", "first transfer"))
-        _pulse(screen)
+        await pulse(screen, pilot)
         await pilot.pause()
         layouts = _layouts(monkeypatch)
         # a whole block of 8x8 pairs reaches transferred (its glyph changes; the counts' digits change):
@@ -82,14 +77,14 @@ async def test_pairs_moving_on_redraw_the_matrix_in_place_without_a_layout_pass(
         for p in range(8, 16):
             for d in range(8, 16):
                 run.emit(Event("pair", f"prefill-{p}>decode-{d}", "transferred", "first transfer"))
-        _pulse(screen)
+        await pulse(screen, pilot)
         await pilot.pause()
         after = text_of(pairs)
         assert after != before and "74 transferred" in after
         assert "pairs" not in layouts, layouts
         # a line that wraps into more rows does re-lay it out: a failure with a long reason
         run.emit(Event("pair", "prefill-9>decode-9", "failed", "decode-9 cannot reach prefill-9 " + "x " * 60))
-        _pulse(screen)
+        await pulse(screen, pilot)
         assert "pairs" in layouts
 
 
@@ -99,19 +94,19 @@ async def test_a_process_event_does_not_redraw_the_router_panel(monkeypatch):
         run, screen = await attached_scale(pilot, redraw=True)
         panel = screen.query_one(RouterPanel)
         run.emit(Event("proc.health", "decode-9", "unresponsive", "GET /health timed out"))
-        _pulse(screen)  # (the first draw after the panel's styles were applied)
+        await pulse(screen, pilot)  # (the first draw after the panel's styles were applied)
         updates = _counting(monkeypatch, panel, "update")  # each one a layout pass of the screen
         for i in range(4):
             run.emit(Event("proc.health", f"prefill-{i}", "unresponsive", "GET /health timed out"))
-            _pulse(screen)
+            await pulse(screen, pilot)
             screen.redraw(clock=True)
         assert updates[0] == 0
         run.emit(Event("check", "workers", "ok", "128 workers registered"))
-        _pulse(screen)
+        await pulse(screen, pilot)
         assert updates[0] == 1
         assert "128 workers registered" in text_of(panel)
         run.emit(Event("proc.stage", "router", "failed", "router exited"))
-        _pulse(screen)
+        await pulse(screen, pilot)
         assert updates[0] == 2
         assert "router failed" in text_of(panel)
 
@@ -129,7 +124,7 @@ async def test_the_barrier_cells_are_grouped_once_per_run(monkeypatch):
         for _ in range(3):
             screen.redraw(clock=True)
         run.emit(Event("cell", cell.key, "open"))
-        _pulse(screen)
+        await pulse(screen, pilot)
         assert grouped[0] == 1
         assert grid.get_cell(cell.node, column).plain.startswith("● open")  # the same cell object, now open
         # another run: its cells are grouped for it
@@ -219,7 +214,7 @@ async def test_a_style_update_rebuilds_the_matrix_only_when_a_colour_changed(mon
         for widget in (panel, router):
             widget.notify_style_update()  # what a focus change does to them
         screen.redraw(clock=True)
-        _pulse(screen)
+        await pulse(screen, pilot)
         assert collapses[0] == 0 and router.drawn == drawn
         app.theme = "textual-light"
         await pilot.pause()

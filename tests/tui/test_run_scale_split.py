@@ -78,9 +78,10 @@ async def test_the_clock_draws_one_panel_per_frame():
         assert "head" in turns[0] and all(len(turn) == 1 for turn in turns[1:]), turns
 
 
-async def test_a_state_change_while_the_clock_draws_is_drawn_by_the_panels_after_it(monkeypatch):
-    """A redraw in between (here a cell closing, which makes cells blocking) does not stop the clock's redraw, and
-    the panels it draws after that use the diagnosis of the state then, not the one it started with."""
+async def test_a_state_change_while_the_clock_draws_is_drawn_when_it_ends(monkeypatch):
+    """A state change (here a cell closing, which makes cells blocking) while the clock's redraw is under way waits
+    for it to end (one spread redraw at a time: a key never waits behind two), then is drawn with the diagnosis of
+    the state then, not the one the clock started with; nothing else has to come for it to be drawn."""
     clock = Clock()
     app = make_app(clock=clock)
     async with app.run_test(size=(160, 50)) as pilot:
@@ -93,12 +94,11 @@ async def test_a_state_change_while_the_clock_draws_is_drawn_by_the_panels_after
 
         async def frame_out() -> None:
             calls[0] += 1
-            if calls[0] == 1:  # after the first turn: the state changes and is drawn at once (its pulse)
+            if calls[0] == 1:  # after the first turn: the state changes (its pulse comes)
                 run.emit(Event("cell", cell.key, "closed"))
                 screen.next_redraw_at = 0.0
                 screen.run_updated()
-                # what the clock started with: drawn again by it would mark none of these cells
-                assert grid.blocking
+                assert cell.key not in grid.blocking  # not drawn in the middle of the clock's turns
             await real()
 
         monkeypatch.setattr(screen, "_frame_out", frame_out)
@@ -107,8 +107,56 @@ async def test_a_state_change_while_the_clock_draws_is_drawn_by_the_panels_after
         assert calls[0] >= 2  # (after the first turn and after the process table)
         drawn = [p for turn in screen.clock_turns for p in turn]
         assert "cells" in drawn and "procs" in drawn and "nodes" in drawn, screen.clock_turns
+        await _drawn(app, screen, pilot)
+        assert screen.spread_changes == 1
+        assert "cells" in [p for turn in screen.change_turns for p in turn], screen.change_turns
         want = {c.key for c in diagnose(run.state, app.now()).blocking}
-        assert want and grid.blocking == want
+        assert cell.key in want and grid.blocking == want
+
+
+async def test_a_large_runs_state_change_draws_one_panel_per_frame(monkeypatch):
+    """A state change of a 128-node run (a health event: the process table, the grid, the Serving rows) is drawn
+    one panel per turn of the loop, a frame let out between them, like the clock (on the tree before: all of them
+    in one turn, and a key pressed then waited behind the whole redraw); a change that comes meanwhile is drawn
+    after it, in turn. (Which frame carries a panel is not asserted: a cursor that follows the culprit scrolls, and
+    a scroll repaints the panels it exposes together.)"""
+    clock = Clock()
+    app = make_app(clock=clock)
+    async with app.run_test(size=(160, 50)) as pilot:
+        run, screen = await attached_scale(pilot, redraw=True)
+        await pilot.pause()
+        worker = next(n for n in run.state.procs if n != "router")
+        real = screen._frame_out
+        calls = [0]
+
+        async def frame_out() -> None:
+            calls[0] += 1
+            if calls[0] == 1:  # after the first turn: another change, and its pulse
+                run.emit(Event("proc.health", worker, "ok", "GET /health"))
+                screen.next_redraw_at = 0.0
+                screen.run_updated()
+            await real()
+
+        monkeypatch.setattr(screen, "_frame_out", frame_out)
+        run.emit(Event("proc.health", worker, "unresponsive", "GET /health"))
+        screen.next_redraw_at = 0.0
+        screen.run_updated()
+        assert screen._clock_busy
+        await _drawn(app, screen, pilot)
+        assert screen.spread_changes == 2
+        assert calls[0] >= 4  # a frame let out after each turn of both redraws
+        turns = screen.change_turns
+        assert [p for turn in turns for p in turn if p in ("procs", "cells")] == ["procs", "cells"], turns
+        assert all(len(turn) == 1 for turn in turns[1:]), turns
+
+
+async def _drawn(app, screen: RunScreen, pilot) -> None:
+    """Until the screen drew the run's last state (a redraw after a costly one waits its share: REDRAW_SHARE)."""
+    for _ in range(300):
+        if screen.drawn_version == app.live.version and not screen._clock_busy:
+            return
+        await pilot.pause(0.01)
+    raise AssertionError(f"not drawn in 3 s: {screen.drawn_version} of {app.live.version}")
 
 
 class Table(App):

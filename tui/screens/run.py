@@ -41,6 +41,12 @@ ALL_PARTS = frozenset(("procs", "cells", "pairs", "checks", "conns", "metrics", 
 # the whole redraw and the frame of all of it (at 128 nodes ~40 ms each). A frame not out after this long
 # (the screen covered, a frozen loop): the next panel anyway.
 CLOCK_STEP_S = 0.1
+# A state change's redraw of a run this large is spread the same way: at 128 nodes a change while the run
+# comes up redraws the process table, the barrier grid and the handshake matrix (~30-60 ms together on this
+# machine), and a key pressed then waited behind all of them and their frame. Smaller runs draw a change in
+# one turn (it costs a few ms, and tests and the pulse read the screen right after it).
+SPREAD_FROM = 32  # processes
+FRAME_ASK_TURNS = 8  # loop turns a panel's repaint may take to reach the screen (_frame_out)
 
 
 def run_context(app: ConsoleApp) -> str:
@@ -72,8 +78,11 @@ class RunScreen(Screen):
         self._deferred = False
         self._pairs_timer = False  # a timer will draw the pairs' change the panel's rate held back
         self.redraw_gen = 0  # redraws started: a spread clock redraw sees another one ran between its turns
-        self._clock_busy = False  # a clock redraw is under way (spread over loop turns, _clock)
+        self._clock_busy = False  # a spread redraw is under way (over loop turns: _spread)
         self.clock_turns: list[list[str]] = []  # tests: the panels each turn of the last spread clock redraw drew
+        self.change_turns: list[list[str]] = []  # tests: the same, of the last spread redraw of a state change
+        self.spread_changes = 0  # state changes drawn spread (a large run: SPREAD_FROM)
+        self._change_pending = False  # a state change came while a spread redraw was under way
 
     @property
     def console(self) -> ConsoleApp:
@@ -148,6 +157,15 @@ class RunScreen(Screen):
                     self._deferred = True
                     self.set_timer(self.next_redraw_at - now, self._redraw_deferred)
                 return
+            if live is not None and live is self.shown and len(live.state.procs) >= SPREAD_FROM:
+                # a large run's change, one panel per frame; one at a time (the pulse comes back while the
+                # version drawn is behind, so a change that arrives meanwhile is drawn by the next one)
+                if self._clock_busy:
+                    self._change_pending = True  # drawn when the one under way ends (_spread)
+                else:
+                    self._clock_busy = True  # (now: a second change before the worker starts waits for it)
+                    self.run_worker(self._spread_claimed(clock=False), group="run-redraw", exit_on_error=True)
+                return
             self.redraw()
             return
         now = time.monotonic()
@@ -172,13 +190,27 @@ class RunScreen(Screen):
         be drawn as of then (_redraw_steps)."""
         live = self.console.live
         if live is None or live is not self.shown or live.version != self.drawn_version:
-            self.redraw()
+            if self._clock_busy:
+                self._change_pending = True
+            elif live is not None and live is self.shown and len(live.state.procs) >= SPREAD_FROM:
+                await self._spread(clock=False)
+            else:
+                self.redraw()
             return
+        await self._spread(clock=True)
+
+    async def _spread(self, clock: bool) -> None:
+        """A redraw (the clock's, or a large run's state change), one turn per frame (_redraw_steps)."""
         if self._clock_busy:
-            return  # (the last second's is still going: a slow loop)
+            return  # (the last one is still going: a slow loop; the next clock or pulse draws what is left)
         self._clock_busy = True
+        await self._spread_claimed(clock)
+
+    async def _spread_claimed(self, clock: bool) -> None:
         try:
-            steps = self._redraw_steps(clock=True)
+            if not clock:
+                self.spread_changes += 1
+            steps = self._redraw_steps(clock=clock)
             turns: list[list[str]] = []
             turn: list[str] = []
             for panel in steps:
@@ -193,13 +225,26 @@ class RunScreen(Screen):
                     turn.append(panel)
             if turn:
                 turns.append(turn)
-            self.clock_turns = turns
+            if clock:
+                self.clock_turns = turns
+            else:
+                self.change_turns = turns
         finally:
             self._clock_busy = False
+        if self._change_pending and self.is_mounted:  # a change came while this one was drawn (no pulse follows)
+            self._change_pending = False
+            self.run_updated()
 
     async def _frame_out(self) -> None:
         """Until the screen's next frame went out (at most CLOCK_STEP_S), then one more loop turn (a key
-        that came meanwhile goes first)."""
+        that came meanwhile goes first). A panel asks for its repaint in its own task (its idle posts the screen
+        an update), and a wait for the refresh asked before that reaches the screen ends at once, before the
+        panel's frame: so first a few loop turns until the screen has something to draw (none if the panel's
+        change is scrolled away)."""
+        for _ in range(FRAME_ASK_TURNS):
+            if self._layout_required or self._repaint_required or self._dirty_widgets:
+                break
+            await asyncio.sleep(0)
         try:
             await asyncio.wait_for(self.wait_for_refresh(), CLOCK_STEP_S)
         except TimeoutError:
