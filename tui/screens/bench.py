@@ -20,7 +20,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.markup import escape
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Input, Label, ProgressBar, Static
+from textual.widgets import DataTable, Input, Label, ProgressBar, Static
 
 from ...core.measure import compare
 from ...core.measure.errors import MeasureInputError
@@ -28,6 +28,7 @@ from ...core.measure.results import BENCH_DIR, load_all
 from ...core.measure.workload import Workload, parse_concurrencies
 from .. import bindings
 from ..widgets.context_bar import ContextBar
+from ..widgets.footer import QuietFooter
 from ..widgets.pareto import Curve, ParetoChart, chart_svg, curve_of
 from ..widgets.serving_panel import rate_of, row_words
 from .run import run_context
@@ -112,7 +113,7 @@ class BenchScreen(Screen):
         with Vertical(id="bench-chart-box", classes="run-box") as box:
             box.border_title = "Pareto · output tok/s per GPU vs tok/s per user"
             yield ParetoChart(id="bench-chart")
-        yield Footer()
+        yield QuietFooter()
 
     def on_mount(self) -> None:
         table = self.query_one(DataTable)

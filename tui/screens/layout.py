@@ -9,7 +9,7 @@ from typing import Any
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 
 from ...core.config.errors import ConfigIssue
 from ...core.design.draft import apply_edits
@@ -17,6 +17,7 @@ from .. import bindings
 from ..palette import ICONS
 from ..widgets.context_bar import ContextBar
 from ..widgets.findings import FindingsView
+from ..widgets.footer import QuietFooter
 from ..widgets.layout_picture import LayoutPicture
 from ..widgets.recipe_form import RecipeForm
 from .base import DesignScreen
@@ -43,7 +44,7 @@ class LayoutScreen(DesignScreen):
                 yield Static("", id="layout-status")
                 with VerticalScroll(id="layout-findings-scroll"):
                     yield FindingsView(id="layout-findings")
-        yield Footer()
+        yield QuietFooter()
 
     def on_mount(self) -> None:
         self.query_one(LayoutPicture).focus()

@@ -17,7 +17,7 @@ from textual import events, on, work
 from textual.app import ComposeResult
 from textual.screen import Screen
 from textual.timer import Timer
-from textual.widgets import Footer, Input, Static
+from textual.widgets import Input, Static
 
 from ...core.config.secrets import redact_line
 from .. import bindings
@@ -26,6 +26,7 @@ from ..live import settle_gc
 from ..logtext import save_logs
 from ..run_control import can_draw
 from ..widgets.context_bar import ContextBar
+from ..widgets.footer import QuietFooter
 from ..widgets.log_lines import LogLines
 from ..widgets.quiet import update_quietly
 from .dialogs import InputDialog
@@ -88,7 +89,7 @@ class LogScreen(TypeAhead, Screen):
         yield Input(placeholder="search this log (enter: find; n/N: next/previous; esc: close)", id="log-search",
                     compact=True)
         yield Static("", id="log-status")
-        yield Footer()
+        yield QuietFooter()
 
     @property
     def logview(self) -> LogLines:

@@ -5,13 +5,14 @@ from __future__ import annotations
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
-from textual.widgets import Footer, Input, Static
+from textual.widgets import Input, Static
 
 from ...core.design.plan import nodes_needed
 from .. import bindings
 from ..palette import ICONS
 from ..widgets.context_bar import ContextBar
 from ..widgets.findings import FindingsView
+from ..widgets.footer import QuietFooter
 from ..widgets.node_table import NodeTable
 from .base import DesignScreen
 from .dialogs import ConfirmDialog, InputDialog
@@ -35,7 +36,7 @@ class NodesScreen(TypeAhead, DesignScreen):
         yield NodeTable(id="node-table")
         yield Static("", id="nodes-status")
         yield FindingsView(id="nodes-findings")
-        yield Footer()
+        yield QuietFooter()
 
     def on_mount(self) -> None:
         self.query_one("#filter", Input).display = False

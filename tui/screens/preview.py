@@ -7,7 +7,7 @@ from rich.style import Style
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal
-from textual.widgets import Footer, OptionList, Static
+from textual.widgets import OptionList, Static
 from textual.widgets.option_list import Option
 
 from ...core.design.commands import ProcessSpec
@@ -16,6 +16,7 @@ from ..palette import ICONS
 from ..widgets.command_view import CommandView
 from ..widgets.context_bar import ContextBar
 from ..widgets.findings import summary
+from ..widgets.footer import QuietFooter
 from .base import DesignScreen
 
 
@@ -33,7 +34,7 @@ class PreviewScreen(DesignScreen):
         with Horizontal(id="preview-main"):
             yield OptionList(id="procs")
             yield CommandView(id="command")
-        yield Footer()
+        yield QuietFooter()
 
     def on_mount(self) -> None:
         self.query_one("#procs", OptionList).focus()

@@ -14,12 +14,13 @@ from textual.app import ComposeResult
 from textual.containers import Container, Vertical, VerticalScroll
 from textual.markup import escape
 from textual.screen import ModalScreen, Screen
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 
 from ...core.run.diagnose import diagnose
 from .. import bindings
 from ..widgets.barrier_grid import LEGEND, BarrierGrid
 from ..widgets.context_bar import ContextBar
+from ..widgets.footer import QuietFooter
 from ..widgets.pair_matrix import LEGEND as PAIR_LEGEND
 from ..widgets.process_table import ProcessTable
 from ..widgets.quiet import set_if_changed
@@ -121,7 +122,7 @@ class RunScreen(Screen):
                     box.border_title = "Why · diagnosis in detail"
                     yield WhyPanel(id="why")
         yield Static("", id="run-empty")
-        yield Footer()
+        yield QuietFooter()
 
     def on_mount(self) -> None:
         table = self.query_one(ProcessTable)

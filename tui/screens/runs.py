@@ -10,10 +10,11 @@ from rich.style import Style
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Static
+from textual.widgets import DataTable, Static
 
 from .. import bindings
 from ..widgets.context_bar import ContextBar
+from ..widgets.footer import QuietFooter
 
 if TYPE_CHECKING:
     from ..app import ConsoleApp
@@ -49,7 +50,7 @@ class RunsScreen(Screen):
         yield Static("", id="runs-summary")
         yield DataTable(id="runs-table", cursor_type="row", zebra_stripes=True)
         yield Static("", id="runs-detail")
-        yield Footer()
+        yield QuietFooter()
 
     def on_mount(self) -> None:
         table = self.query_one(DataTable)

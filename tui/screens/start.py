@@ -12,12 +12,13 @@ from textual import on
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
-from textual.widgets import Footer, Input, Label, OptionList, Static
+from textual.widgets import Input, Label, OptionList, Static
 from textual.widgets.option_list import Option, OptionDoesNotExist
 
 from ...core.config.errors import AtomdeckError, ConfigError
 from ...core.config.paths import shipped_clusters, shipped_recipes
 from .. import bindings
+from ..widgets.footer import QuietFooter
 from .typeahead import TypeAhead
 
 if TYPE_CHECKING:
@@ -68,7 +69,7 @@ class StartScreen(TypeAhead, Screen[bool]):
                 yield Input(self.recipe or "", placeholder="recipe name or path", id="recipe-input",
                             select_on_focus=False)
         yield Static(Text(self.error), id="start-error")
-        yield Footer()
+        yield QuietFooter()
 
     @staticmethod
     def _options(paths: list[Path]) -> list[Option]:
