@@ -439,10 +439,30 @@ class VirtualTable(ScrollView, can_focus=True):
     def _resized(self) -> None:
         size = Size(self._table_width(), len(self.keys) + self._head)
         if size != self.virtual_size:
-            self.virtual_size = size  # (a reactive with layout=True: auto height follows)
+            if self._same_box(size):
+                # the table's own size cannot change: no layout pass of the whole screen (at 128 nodes one
+                # cost 40-250 ms, several a second while a run came up, as columns widened); its scrollbars
+                # follow and it is repainted
+                self.set_reactive(VirtualTable.virtual_size, size)
+                self._scroll_update(size)
+                self.refresh()
+            else:
+                self.virtual_size = size  # (a reactive with layout=True: auto height follows)
         top = max(0, size.height - self.scrollable_content_region.height)
         if self.is_mounted and self.scroll_y > top and self.scrollable_content_region.height > 0:
             self.scroll_to(y=top, animate=False, force=True, immediate=True)
+
+    def _same_box(self, size: Size) -> bool:
+        """Whether the table keeps its size and scrollbars with this virtual size: it was taller than what it
+        shows and still is (its auto height held at its max-height, the vertical scrollbar there both times),
+        and it is as much wider or narrower than what it shows as before (the horizontal scrollbar as it was).
+        Its width never follows its content (it fills its box)."""
+        if not self.is_mounted or self.styles.width is not None and self.styles.width.is_auto:
+            return False
+        region = self.scrollable_content_region
+        old = self.virtual_size
+        return (region.height > 0 and old.height > region.height and size.height > region.height
+                and (old.width > region.width) == (size.width > region.width))
 
     def _forget_all(self) -> None:
         self._vt_laid.clear()
