@@ -222,6 +222,7 @@ class ConsoleApp(App[int]):
                              Path(cluster).stem if cluster.endswith((".yaml", ".yml")) else cluster)
 
     def on_mount(self) -> None:
+        self.gc_steward.install()
         self.set_interval(FREEZE_EVERY_S, self.gc_steward.tick, name="gc-steward")
         keymap, problems = bindings.load_keymap(self.keymap_file)
         self.keymap = keymap

@@ -1,3 +1,5 @@
+# Long file: the run view draws every panel from one place (which part of the state each panel shows, and
+# a large run's redraw spread over frames so keys go between its panels); the panels live in widgets/.
 """Run: the attached deployment as core sees it. Processes with their stage and time in stage, the
 barrier grid with the blocking cells marked, the one-line diagnosis (always on screen), the router
 and its checks, the Mooncake handshake per pair, node health, and the last lines of the process

@@ -457,7 +457,7 @@ class VirtualTable(ScrollView, can_focus=True):
         shows and still is (its auto height held at its max-height, the vertical scrollbar there both times),
         and it is as much wider or narrower than what it shows as before (the horizontal scrollbar as it was).
         Its width never follows its content (it fills its box)."""
-        if not self.is_mounted or self.styles.width is not None and self.styles.width.is_auto:
+        if not self.is_mounted or (self.styles.width is not None and self.styles.width.is_auto):
             return False
         region = self.scrollable_content_region
         old = self.virtual_size
