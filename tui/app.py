@@ -30,7 +30,7 @@ from textual.screen import Screen
 from textual.timer import Timer
 
 from . import bindings
-from .gc_steward import FREEZE_EVERY_S, GcSteward
+from .gc_steward import TICK_S, GcSteward
 
 # Only Textual and light modules above: the console's first frame (screens/loading.py) is drawn before
 # pydantic, YAML and the design modules are imported (ConsoleApp.defer). Imported where used below.
@@ -222,8 +222,7 @@ class ConsoleApp(App[int]):
                              Path(cluster).stem if cluster.endswith((".yaml", ".yml")) else cluster)
 
     def on_mount(self) -> None:
-        self.gc_steward.install()
-        self.set_interval(FREEZE_EVERY_S, self.gc_steward.tick, name="gc-steward")
+        self.set_interval(TICK_S, self.gc_steward.tick, name="gc-steward")
         keymap, problems = bindings.load_keymap(self.keymap_file)
         self.keymap = keymap
         if keymap:

@@ -1,6 +1,6 @@
-"""The GC steward (tui/gc_steward.py, issue 19): survivors of the young passes are frozen at a steady pace
-(so the automatic full passes stay small), cyclic garbage among them is collected by a full pass that waits for
-a moment without keys, and a closing console thaws everything. Counted, not timed."""
+"""The GC steward (tui/gc_steward.py, issue 19): once a minute, when nobody has typed for 2 s, a full pass over
+everything whose survivors are frozen (so the automatic full passes stay small); cyclic garbage among frozen
+objects waits only for the next such pass; a closing console thaws everything. Counted, not timed."""
 
 from __future__ import annotations
 
@@ -41,64 +41,51 @@ class Clock:
         return self.t
 
 
-def test_survivors_of_a_young_pass_are_frozen_out_of_the_full_passes(thawed):
+def test_a_quiet_full_pass_frees_cycles_and_freezes_the_survivors(thawed):
+    """Once a minute and 2 s without a key: everything thawed and collected, the survivors frozen (the automatic
+    full passes then do not traverse them); a cycle that dies among frozen objects waits for the next such pass."""
     clock = Clock()
-    steward = GcSteward(clock=clock, freeze_every=5)
-    steward.install()
+    steward = GcSteward(clock=clock, full_every=60, quiet=2)
     try:
-        keep = [Node() for _ in range(2_000)]  # long-lived: survives the young pass
-        gc.collect(1)  # (an automatic pass over generation 1 calls the same hook)
-        assert steward.freezes == 1
-        in_gen2 = {id(o) for o in gc.get_objects(generation=2)}
-        assert not any(id(o) in in_gen2 for o in keep)  # frozen: the automatic full passes do not traverse them
-        assert gc.get_freeze_count() >= len(keep)
-        garbage = cycle()  # made after the freeze: a young pass still finds it
-        gc.collect(1)
-        assert garbage() is None
-        assert steward.freezes == 1  # (at most every 5 s)
-        clock.t += 5
-        gc.collect(0)  # a pass over generation 0 alone: its survivors are in generation 1, nothing frozen
-        assert steward.freezes == 1
-        gc.collect(1)
-        assert steward.freezes == 2
-    finally:
-        steward.close()
-
-
-def test_full_pass_waits_for_a_quiet_moment_and_frees_frozen_cycles(thawed):
-    clock = Clock()
-    steward = GcSteward(clock=clock, thaw_every=600, quiet=2)
-    steward.install()
-    try:
-        frozen_garbage = cycle()
-        held = frozen_garbage()
-        gc.collect(1)  # the cycle is alive now: frozen with everything else
-        del held
-        assert frozen_garbage() is not None
+        keep = [Node() for _ in range(2_000)]  # long-lived
+        garbage = cycle()
         clock.t += 30
-        assert steward.tick() == ""  # not due: a frozen cycle waits (reference counting cannot free it)
-        gc.collect()  # an automatic full pass skips frozen objects as well
-        assert frozen_garbage() is not None
-        clock.t += 600
+        assert steward.tick() == ""  # not due
+        clock.t += 30
         steward.key()  # the operator is typing: the due pass waits
         clock.t += 1
-        assert steward.tick() == ""
-        assert steward.postponed == 1 and frozen_garbage() is not None
+        assert steward.tick() == "" and steward.postponed == 1
         clock.t += 2  # two seconds without a key
+        assert steward.tick() == "full" and steward.full_passes == 1 and not steward.full_due()
+        assert garbage() is None
+        in_gen2 = {id(o) for o in gc.get_objects(generation=2)}
+        assert not any(id(o) in in_gen2 for o in keep)  # frozen
+        assert gc.get_freeze_count() >= len(keep)
+        frozen_garbage = cycle()
+        held = frozen_garbage()
+        clock.t += 60
+        assert steward.tick() == "full"  # the cycle is alive now: frozen with everything else
+        del held
+        gc.collect()  # an automatic full pass skips frozen objects
+        assert frozen_garbage() is not None
+        young_garbage = cycle()  # made after the freeze: an automatic pass finds it
+        gc.collect()
+        assert young_garbage() is None
+        clock.t += 60
         assert steward.tick() == "full"
-        assert frozen_garbage() is None
-        assert steward.full_passes == 1 and not steward.full_due()
+        assert frozen_garbage() is None  # freed by the next quiet full pass
     finally:
         steward.close()
 
 
-def test_close_thaws_everything_and_unhooks(thawed):
-    steward = GcSteward(clock=Clock())
-    steward.install()
-    gc.collect(1)
+def test_close_thaws_everything(thawed):
+    clock = Clock()
+    steward = GcSteward(clock=clock)
+    clock.t += 60
+    steward.tick()
     assert gc.get_freeze_count() > 0
     steward.close()
-    assert gc.get_freeze_count() == 0 and steward._after_pass not in gc.callbacks
+    assert gc.get_freeze_count() == 0
 
 
 async def test_console_runs_the_steward_and_tells_it_of_keys(thawed):
@@ -110,7 +97,7 @@ async def test_console_runs_the_steward_and_tells_it_of_keys(thawed):
         assert app.gc_steward.last_key == float("-inf")
         await pilot.press("down")
         assert app.gc_steward.last_key > float("-inf")
-        gc.collect(1)
-        assert app.gc_steward.freezes >= 1 and gc.get_freeze_count() > 0
+        app.gc_steward.last_full -= 60
+        app.gc_steward.last_key -= 2
+        assert app.gc_steward.tick() == "full" and gc.get_freeze_count() > 0
     assert gc.get_freeze_count() == 0  # the console closed: thawed
-    assert app.gc_steward._after_pass not in gc.callbacks
