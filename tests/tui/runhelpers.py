@@ -92,3 +92,18 @@ async def pulse(screen, pilot: Pilot) -> None:
             return
         await pilot.pause(0.01)
     raise AssertionError(f"the change was not drawn in 3 s: version {screen.drawn_version} of {live.version}")
+
+
+def count_layouts(monkeypatch) -> list[int]:
+    """From now on, [how many layout passes of any screen] (Screen._refresh_layout: a reflow of the whole screen)."""
+    from textual.screen import Screen
+
+    passes = [0]
+    real = Screen._refresh_layout
+
+    def counted(self, *args, **kwargs):
+        passes[0] += 1
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Screen, "_refresh_layout", counted)
+    return passes

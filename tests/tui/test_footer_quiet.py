@@ -6,10 +6,9 @@ from __future__ import annotations
 
 from atomdeck.tui.widgets.footer import QuietFooter
 from atomdeck.tui.widgets.process_table import ProcessTable
-from textual.screen import Screen
 
 from .conftest import make_app
-from .runhelpers import attached_scale, until
+from .runhelpers import attached_scale, count_layouts, until
 
 
 def _keys(footer: QuietFooter) -> list[tuple[str, bool]]:
@@ -25,14 +24,7 @@ async def test_a_bindings_refresh_that_changes_nothing_rebuilds_nothing(monkeypa
         await pilot.pause()
         shown, rebuilds = _keys(footer), footer.rebuilds
         assert ("Tear down", False) in shown
-        passes = [0]
-        real = Screen._refresh_layout
-
-        def counted(self, *args, **kwargs):
-            passes[0] += 1
-            return real(self, *args, **kwargs)
-
-        monkeypatch.setattr(Screen, "_refresh_layout", counted)
+        passes = count_layouts(monkeypatch)
         for _ in range(5):  # what a redraw, a focus move, a screen shown again do
             screen.refresh_bindings()
             await pilot.pause()

@@ -7,7 +7,8 @@ from __future__ import annotations
 from atomdeck.tui.widgets.vtable import VirtualTable
 from rich.text import Text
 from textual.app import App
-from textual.screen import Screen
+
+from .runhelpers import count_layouts
 
 COLUMNS = [("name", "NAME"), ("stage", "STAGE")]
 
@@ -21,18 +22,6 @@ class Table(App):
         yield VirtualTable(id="t")
 
 
-def _count_layouts(monkeypatch) -> list[int]:
-    passes = [0]
-    real = Screen._refresh_layout
-
-    def counted(self, *args, **kwargs):
-        passes[0] += 1
-        return real(self, *args, **kwargs)
-
-    monkeypatch.setattr(Screen, "_refresh_layout", counted)
-    return passes
-
-
 async def test_a_wider_column_of_a_table_taller_than_its_box_lays_nothing_out(monkeypatch):
     app = Table()
     async with app.run_test(size=(60, 20)) as pilot:
@@ -41,7 +30,7 @@ async def test_a_wider_column_of_a_table_taller_than_its_box_lays_nothing_out(mo
         t.set_rows(_rows(129))
         await pilot.pause()
         height = t.size.height
-        passes = _count_layouts(monkeypatch)
+        passes = count_layouts(monkeypatch)
         t.set_rows(_rows(129, "loading weights from disk"))  # the stage column widens
         await pilot.pause()
         t.set_rows(_rows(140, "loading weights from disk"))  # more rows, still taller than the box
@@ -63,7 +52,7 @@ async def test_a_table_that_fits_its_rows_still_grows_with_them(monkeypatch):
         t.set_rows(_rows(3))
         await pilot.pause()
         assert t.size.height == 4
-        passes = _count_layouts(monkeypatch)
+        passes = count_layouts(monkeypatch)
         t.set_rows(_rows(8))
         await pilot.pause()
         assert passes[0] >= 1 and t.size.height == 9
