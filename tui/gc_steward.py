@@ -26,6 +26,14 @@ FULL_EVERY_S = 60.0  # a full pass over everything (frozen included) at most thi
 QUIET_S = 2.0  # ... and only after this long without a key press
 
 
+def settle_gc() -> None:
+    """Thaw, collect everything, freeze what survived: what the console holds now leaves the automatic full
+    passes (reference counting still frees frozen objects; cyclic garbage among them waits for the next call)."""
+    gc.unfreeze()
+    gc.collect()
+    gc.freeze()
+
+
 class GcSteward:
     """`tick()` from a timer every TICK_S, `key()` on every key press, `close()` when the console ends."""
 
@@ -53,9 +61,7 @@ class GcSteward:
         if now - self.last_key < self.quiet:
             self.postponed += 1
             return ""
-        gc.unfreeze()
-        gc.collect()
-        gc.freeze()
+        settle_gc()
         self.last_full = now
         self.full_passes += 1
         return "full"

@@ -16,7 +16,6 @@ console decoded every line of every process).
 
 from __future__ import annotations
 
-import gc
 from collections import deque
 from collections.abc import Callable
 from itertools import islice
@@ -24,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..core.run.events import Event, RunState
+from .gc_steward import settle_gc
 from .logtext import read_tail
 
 if TYPE_CHECKING:
@@ -36,16 +36,10 @@ PARTS = {"cell": "cells", "pair": "pairs", "check": "checks", "conn": "conns", "
          "run": "run", "teardown": "run", "note": "run"}  # every other kind ("proc.*"): "procs"
 
 
-def settle_gc() -> None:
-    """Keep what the console holds from the start (Textual, the app's screens, core: ~130,000 objects)
-    out of the cyclic GC's full passes. Under a log flood each frame's strips churn the young generations
-    and a full pass ran every few seconds over all of it: 140-220 ms each (one of 2 s on a loaded machine),
-    a key press behind one waited that long. Frozen objects are never collected, so first thaw and collect
-    what died since (a detached run, closed screens): one full pass per attach. Reference counting still
-    frees frozen objects as usual (the node table does the same at 2,000 nodes)."""
-    gc.unfreeze()
-    gc.collect()
-    gc.freeze()
+# settle_gc (gc_steward.py) at attach: what the console holds from the start (Textual, the app's screens, core:
+# ~130,000 objects) leaves the cyclic GC's full passes. Under a log flood each frame's strips churn the young
+# generations and a full pass ran every few seconds over all of it: 140-220 ms each, a key behind one waited that
+# long. It first thaws and collects what died since (a detached run, closed screens): one full pass per attach.
 
 
 class LiveRun:

@@ -160,9 +160,9 @@ class RunScreen(Screen):
                     self._deferred = True
                     self.set_timer(self.next_redraw_at - now, self._redraw_deferred)
                 return
-            if live is not None and live is self.shown and len(live.state.procs) >= SPREAD_FROM:
-                # a large run's change, one panel per frame; one at a time (the pulse comes back while the
-                # version drawn is behind, so a change that arrives meanwhile is drawn by the next one)
+            if self._spreads(live):
+                # a large run's change, one panel per frame; one at a time (no pulse follows a change that
+                # arrives meanwhile: _spread draws it when the one under way ends)
                 if self._clock_busy:
                     self._change_pending = True  # drawn when the one under way ends (_spread)
                 else:
@@ -174,6 +174,10 @@ class RunScreen(Screen):
         now = time.monotonic()
         if now - self.tail_drawn_at >= TAIL_EVERY_S:
             self._draw_tail()
+
+    def _spreads(self, live: LiveRun | None) -> bool:
+        """A state change of this run is drawn spread over frames (the run shown, SPREAD_FROM processes or more)."""
+        return live is not None and live is self.shown and len(live.state.procs) >= SPREAD_FROM
 
     def tick(self) -> None:
         """The clock, every second: only what depends on the time (times in stage, "up", the durations
@@ -195,7 +199,7 @@ class RunScreen(Screen):
         if live is None or live is not self.shown or live.version != self.drawn_version:
             if self._clock_busy:
                 self._change_pending = True
-            elif live is not None and live is self.shown and len(live.state.procs) >= SPREAD_FROM:
+            elif self._spreads(live):
                 await self._spread(clock=False)
             else:
                 self.redraw()

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import gc
-
 from rich.cells import cell_len
 from rich.style import Style
 from rich.text import Text
@@ -13,6 +11,7 @@ from ...core.design.draft import Design
 from ...core.design.inventory import Node
 from ...core.design.lint import Assessment
 from ...core.design.plan import node_verdict
+from ..gc_steward import settle_gc
 from .vtable import VirtualTable
 
 FREEZE_AT = 500  # nodes
@@ -80,9 +79,7 @@ class NodeTable(VirtualTable):
                 # Only the cyclic collector skips them; reference counting still frees them. Frozen
                 # objects are never collected, so first thaw and collect what died since the last
                 # rebuild (closed screens, old rows): one full pass per rebuild, none per keystroke.
-                gc.unfreeze()
-                gc.collect()
-                gc.freeze()
+                settle_gc()
         needle = filter_text.strip().lower()
         picked = [i for i, hay in enumerate(self._hay) if not needle or needle in hay]
         if picked == self._drawn:
