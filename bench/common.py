@@ -312,6 +312,11 @@ def renice_run(run_id: str, nice: int) -> int:
             os.setpriority(os.PRIO_PGRP, os.getpgid(h.pid), nice)
             done += 1
         except (OSError, TypeError):
+            continue
+        try:  # the supervisor leads a session of its own, with the kernel's autogroups a scheduling group of
+            # its own: only the group's nice value yields its share to the console (see sim/shim/atomsim_boot.py)
+            Path(f"/proc/{h.pid}/autogroup").write_text(str(nice))
+        except OSError:
             pass
     return done
 

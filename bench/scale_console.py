@@ -2,6 +2,9 @@
 the simulator sped up), launched and watched from the real `atomdeck tui` in tmux at 160x50.
 
 Measured (issue 19's goals in brackets):
+- key press to screen while core starts the 129 processes (the run view says "Launching ..."): 1 and 4, the
+  Nodes view and back, each timed to the view on screen; and the launch key to the run view and to its
+  process table
 - key press to screen while the 129 processes come up and while they serve [p95 <= 50 ms]: the key
   moves the process table's cursor, the screen shows the next process's last lines (its name in the
   panel's title); timed from sending the key to the pane printing that name (tmux control mode)
@@ -18,7 +21,9 @@ Measured (issue 19's goals in brackets):
     /work/coord/isolated .venv/bin/python bench/scale_console.py 16       # a smaller cluster
     /work/coord/isolated .venv/bin/python bench/scale_console.py --engines-nice=19   # printed, not saved
 
-`--engines-nice=N` starts every simulator at nice N (ATOMSIM_NICE, set before their imports): the run comes
+`--engines-nice=N` starts every simulator at nice N (ATOMSIM_NICE, set before their imports; also the nice value
+of its session's scheduling group: with the kernel's autogroups each setsid'd simulator is a group of its own,
+and before 2026-12-02 the nice value alone left each of the 129 groups a share equal to the console's): the run comes
 up with the engines yielding the CPU from their first instant, so "while it comes up" measures the console
 rather than 129 Python starts on its 2 cores.
 
@@ -95,6 +100,35 @@ def _step(term: Term, names: list[str]) -> tuple[str, str] | None:
     return ("Down", f"· {names[i + 1]} on ") if i + 1 < len(names) else ("Up", f"· {names[i - 1]} on ")
 
 
+LAUNCHING = "Launching scale-"  # the run view while core starts the processes (before it shows their table)
+
+
+def launching_keys(term: Term, gap: float = 0.25) -> dict:
+    """While core starts the 129 processes (the run view says "Launching ..." until the run is attached and
+    its process table appears): 1 (the Nodes view) and 4 (back to the run view), each timed to the screen
+    showing that view, `gap` seconds apart. A console whose loop is held by the starts shows neither: each
+    press then waits up to 60 s. Ends on the run view with its process table."""
+    lat: list[float] = []
+    missed = 0
+    on_run = True
+    while True:
+        screen = term.screen()
+        if on_run and "PROCESS" in screen:
+            break
+        key, check = (("1", lambda s: "s000" in s and LAUNCHING not in s and "PROCESS" not in s) if on_run
+                      else ("4", lambda s: LAUNCHING in s or "PROCESS" in s))
+        try:
+            lat.append(term.press_until_screen(key, check, timeout=60))
+        except NotShown:
+            missed += 1
+        except ValueError:  # the view changed by itself (the run attached): look again
+            continue
+        on_run = not on_run
+        time.sleep(gap)
+    term.wait_for("PROCESS", timeout=120, every=0.05)
+    return _summary(lat, missed)
+
+
 def _summary(lat: list[float], missed: int) -> dict:
     if not lat:
         return {"presses": 0, "missed": missed}
@@ -157,7 +191,13 @@ def _measure(term: Term, n: int, out: dict, rss: list[tuple[float, float]], serv
     term.attach_control()
     t_launch = time.monotonic()
     term.send_control("y")
-    term.wait_for("PROCESS", timeout=120, every=0.05)  # the run view with its process table
+    while not any(t in term.screen() for t in (LAUNCHING, "PROCESS")):  # the run view, launching or attached
+        if time.monotonic() - t_launch > 120:
+            raise NotShown(f"no run view 120 s after the launch key:\n{term.screen()}")
+        time.sleep(0.01)
+    out["launch_to_view_s"] = round(time.monotonic() - t_launch, 2)
+    out["key_launching"] = launching_keys(term)
+    out["launch_to_table_s"] = round(time.monotonic() - t_launch, 2)
     run_id = Run.list()[-1]["id"]
     names = list(Run.open(run_id).state.procs)
     t_serving = None
@@ -236,8 +276,11 @@ def rows(r: dict) -> list[str]:
         return []
     shape = f"{r['nodes'] // 2}P{r['nodes'] // 2}D TP8 on {r['nodes']} simulated nodes ({r['processes']} processes)"
     out = []
-    for key, when in (("key_coming_up", "while it comes up"), ("key_serving", "while it serves")):
-        k = r[key]
+    for key, when in (("key_launching", "while core starts the processes (1 / 4: the Nodes view and back)"),
+                      ("key_coming_up", "while it comes up"), ("key_serving", "while it serves")):
+        k = r.get(key)
+        if k is None:  # (a result from before this was measured)
+            continue
         miss = f", {k['missed']} never shown within 5 s" if k.get("missed") else ""
         out.append(f"| console, {shape}: key press to screen {when} | p50 {_ms(k.get('p50_s'))}, p95 "
                    f"{_ms(k.get('p95_s'))} (n={k['presses']}{miss}) | p95 <= 50 ms | "
@@ -259,8 +302,10 @@ def rows(r: dict) -> list[str]:
                f"{_yes(r['console_cpu_pct'] <= GOALS['console_cpu_pct'])} |")
     down = (f"{r['teardown_s']:.1f} s (D to its dialog {r['teardown_dialog_s']:.1f} s)" if "teardown_s" in r
             else f"not measured: {r.get('error', '?')}")
+    view = (f"launch -> the run view {r['launch_to_view_s']:.1f} s, -> its process table {r['launch_to_table_s']:.1f} s; "
+            if "launch_to_table_s" in r else "")
     out.append(f"| console at that scale: launch -> SERVING on screen; teardown -> verified clean | "
-               f"{r['launch_to_serving_s']:.1f} s; {down} | | |")
+               f"{view}{r['launch_to_serving_s']:.1f} s; {down} | | |")
     out.append(f"| the simulator at that scale (ATOMDECK_SIM_SPEED={r['sim_speed']}) | {r['sim_rss_mb']:,.0f} MB RSS in "
                f"all ({r['sim_rss_per_worker_mb']:.0f} MB per worker) | | |")
     return out

@@ -8,6 +8,9 @@ later session can learn how a process ended even if nobody was watching.
 from __future__ import annotations
 
 import abc
+import asyncio
+import functools
+import subprocess
 from collections.abc import AsyncIterator, Callable
 from dataclasses import asdict, dataclass, field
 from importlib import resources
@@ -38,6 +41,28 @@ SUPERVISOR = script("supervisor")
 def marker(run_id: str, name: str) -> str:
     """argv[0] of the supervisor: how atomdeck recognises its own processes."""
     return f"atomdeck:{run_id}:{name}"
+
+
+async def spawn(argv: list[str], keep: Callable[[subprocess.Popen], None], **popen) -> subprocess.Popen:
+    """`subprocess.Popen(argv, **popen)` in a thread, not on the event loop: Popen returns only once the
+    child has exec'd, and with 129 simulators starting on 2 cores each exec waited for a core (the console's
+    loop, which launches, drew nothing for 20-30 s at 128 nodes). `keep` gets the child, also when the task
+    is cancelled meanwhile (the child runs: the launcher must know it to stop it); the cancellation is
+    raised after that. Whatever `popen` hands the child (a log's fd) stays open until this returns."""
+    started = asyncio.get_running_loop().run_in_executor(None, functools.partial(subprocess.Popen, argv, **popen))
+    cancelled = False
+    while True:
+        try:
+            child = await asyncio.shield(started)
+            break
+        except asyncio.CancelledError:
+            if started.cancelled():
+                raise
+            cancelled = True  # the fork goes on in its thread: wait for it, then say so
+    keep(child)
+    if cancelled:
+        raise asyncio.CancelledError
+    return child
 
 
 @dataclass

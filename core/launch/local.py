@@ -18,7 +18,7 @@ from ..design.commands import ProcessSpec
 from ..remote.filetail import follow
 from ..remote.listening import ListenTable, local_table
 from ..remote.loglines import read_lines
-from .base import SUPERVISOR, LauncherBase, ProcHandle, ProcStatus, StopReport, marker
+from .base import SUPERVISOR, LauncherBase, ProcHandle, ProcStatus, StopReport, marker, spawn
 
 
 def proc_stat(pid: int) -> tuple[str, int] | None:
@@ -208,13 +208,13 @@ class LocalLauncher(LauncherBase):
         exit_path.unlink(missing_ok=True)
         fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         try:
-            proc = subprocess.Popen(
+            proc = await spawn(
                 ["/bin/sh", "-c", SUPERVISOR, marker(self.run_id, spec.name), str(exit_path), *spec.launch_argv],
+                lambda child: self._children.update({spec.name: child}),
                 stdin=subprocess.DEVNULL, stdout=fd, stderr=fd, start_new_session=True, close_fds=True,
                 cwd=self.run_dir, env={**os.environ, "ATOMDECK_RUN": f"{self.run_id}:{spec.name}"})
         finally:
             os.close(fd)
-        self._children[spec.name] = proc
         return ProcHandle(spec.name, spec.node, spec.host, self.kind, pid=proc.pid, log_path=str(log),
                           exit_path=str(exit_path))
 

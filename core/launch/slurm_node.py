@@ -23,7 +23,7 @@ from ..config.errors import AtomdeckError
 from ..design.commands import ProcessSpec
 from ..remote.filetail import follow
 from ..remote.shell import Runner
-from .base import SUPERVISOR, ProcHandle, ProcStatus, StopReport, marker, script
+from .base import SUPERVISOR, ProcHandle, ProcStatus, StopReport, marker, script, spawn
 from .local import describe_exit, wait_exit
 
 NODE_SCRIPT = script("slurm-node")  # one step per node starts the node's processes and reports their ends
@@ -103,11 +103,11 @@ class NodeSteps:
             Path(agent_log).unlink(missing_ok=True)
             fd = os.open(srun_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
             try:
-                child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=fd, stderr=fd,
-                                         start_new_session=True, close_fds=True, env={**os.environ, **env})
+                child = await spawn(argv, lambda child: self._children.update({key: child}),
+                                    stdin=subprocess.DEVNULL, stdout=fd, stderr=fd, start_new_session=True,
+                                    close_fds=True, env={**os.environ, **env})
             finally:
                 os.close(fd)
-            self._children[key] = child
             pid, out = child.pid, await self._started_here(agent_log, len(group), child)
         else:
             command = ["env", *[f"{k}={v}" for k, v in env.items()], *argv]
