@@ -20,7 +20,11 @@ Measured (issue 19's goals in brackets):
     /work/coord/isolated .venv/bin/python bench/scale_console.py          # 128 nodes
     /work/coord/isolated .venv/bin/python bench/scale_console.py 16       # a smaller cluster
     /work/coord/isolated .venv/bin/python bench/scale_console.py --engines-nice=19   # printed, not saved
+    /work/coord/isolated .venv/bin/python bench/scale_console.py --engines-cpus=1    # printed, not saved
 
+`--engines-cpus=1` pins every simulator to CPU 1 from its start (ATOMSIM_CPUS) and this process, tmux, the console
+and its watcher to the other CPUs: the console's host with a core of its own, as on a cluster where the engines
+run on other nodes (nice values only share a core; the console still waited for one).
 `--engines-nice=N` starts every simulator at nice N (ATOMSIM_NICE, set before their imports; also the nice value
 of its session's scheduling group: with the kernel's autogroups each setsid'd simulator is a group of its own,
 and before 2026-12-02 the nice value alone left each of the 129 groups a share equal to the console's): the run comes
@@ -66,9 +70,11 @@ def cluster_yaml(n: int) -> str:
             f"gpus_per_node: 8\nnode_ip: {{method: static}}\nsimulator: {{enabled: true, speed: 1.0}}\nnodes:\n{nodes}")
 
 
-def recipe_yaml(n: int, engines_nice: int | None = None) -> str:
+def recipe_yaml(n: int, engines_nice: int | None = None, engines_cpus: str | None = None) -> str:
     half = n // 2
-    env = f"env: {{ATOMSIM_NICE: '{engines_nice}'}}\n" if engines_nice is not None else ""
+    env = {**({"ATOMSIM_NICE": str(engines_nice)} if engines_nice is not None else {}),
+           **({"ATOMSIM_CPUS": engines_cpus} if engines_cpus else {})}
+    env = "env: {" + ", ".join(f"{k}: '{v}'" for k, v in env.items()) + "}\n" if env else ""
     return env + f"""name: scale-{half}p{half}d
 description: {half}P{half}D TP8 + router, one worker per node
 model: {{path: atomdeck/demo-tiny-8b}}
@@ -124,6 +130,7 @@ def launching_keys(term: Term, gap: float = 0.25) -> dict:
         except ValueError:  # the view changed by itself (the run attached): look again
             continue
         on_run = not on_run
+        term.forget(gap)
         time.sleep(gap)
     term.wait_for("PROCESS", timeout=120, every=0.05)
     return _summary(lat, missed)
@@ -159,11 +166,11 @@ def key_presses(term: Term, names: list[str], gap: float, rss: list[tuple[float,
 
 
 def scale(n: int = 128, speed: str = "20", serving_presses: int = 30, idle_s: float = 20.0, gap: float = 0.25,
-          engines_nice: int | None = None) -> dict:
+          engines_nice: int | None = None, engines_cpus: str | None = None) -> dict:
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         (tmp / "scale.yaml").write_text(cluster_yaml(n))
-        (tmp / "scale-recipe.yaml").write_text(recipe_yaml(n, engines_nice))
+        (tmp / "scale-recipe.yaml").write_text(recipe_yaml(n, engines_nice, engines_cpus))
         out: dict = {"nodes": n, "processes": n + 1, "sim_speed": speed}
         rss: list[tuple[float, float]] = []
         with console_in_tmux(tmp, f"{ATOMDECK} tui --cluster {tmp / 'scale.yaml'} --recipe {tmp / 'scale-recipe.yaml'}",
@@ -194,6 +201,7 @@ def _measure(term: Term, n: int, out: dict, rss: list[tuple[float, float]], serv
     while not any(t in term.screen() for t in (LAUNCHING, "PROCESS")):  # the run view, launching or attached
         if time.monotonic() - t_launch > 120:
             raise NotShown(f"no run view 120 s after the launch key:\n{term.screen()}")
+        term.forget(0.01)  # (the control client must be read: see Term.wait_for)
         time.sleep(0.01)
     out["launch_to_view_s"] = round(time.monotonic() - t_launch, 2)
     out["key_launching"] = launching_keys(term)
@@ -311,10 +319,17 @@ def rows(r: dict) -> list[str]:
     return out
 
 
-def main(n: int = 128, engines_nice: int | None = None) -> dict:
-    r = scale(n, engines_nice=engines_nice)
+def main(n: int = 128, engines_nice: int | None = None, engines_cpus: str | None = None) -> dict:
+    if engines_cpus:  # this process, tmux, the console and its watcher on the other CPUs (the sims move at start)
+        mine = set(os.sched_getaffinity(0)) - {int(c) for c in engines_cpus.split(",")}
+        if not mine:
+            raise SystemExit(f"--engines-cpus={engines_cpus} leaves no CPU for the console")
+        os.sched_setaffinity(0, mine)
+    r = scale(n, engines_nice=engines_nice, engines_cpus=engines_cpus)
     if engines_nice is not None:
         r["engines_nice"] = engines_nice
+    if engines_cpus:
+        r["engines_cpus"] = engines_cpus
     r["table"] = rows(r)
     return r
 
@@ -326,10 +341,11 @@ if __name__ == "__main__":
     faulthandler.register(signal.SIGUSR1)  # kill -USR1 PID: where it waits
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so `finally` tears the run down
     os.environ.setdefault("XDG_STATE_HOME", tempfile.mkdtemp(prefix="atomdeck-bench-state-"))
-    args = [a for a in sys.argv[1:] if not a.startswith("--engines-nice=")]
+    args = [a for a in sys.argv[1:] if not a.startswith("--engines-")]
     nice = next((int(a.split("=", 1)[1]) for a in sys.argv[1:] if a.startswith("--engines-nice=")), None)
-    res = main(int(args[0]) if args else 128, nice)
-    if nice is None:  # the section's numbers; a run with the engines niced from their start is printed only
+    cpus = next((a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--engines-cpus=")), None)
+    res = main(int(args[0]) if args else 128, nice, cpus)
+    if nice is None and cpus is None:  # the section's numbers; a run with the engines set apart is printed only
         save("console-scale", res)
     print(json.dumps({k: v for k, v in res.items() if k not in ("table",) and not k.startswith("screen")}, indent=2))
     print(res["screen_160x50"])

@@ -9,6 +9,8 @@ console's own loop only draws; teardown and launch are core calls awaited in wor
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING
 
 from rich.text import Text
@@ -42,12 +44,22 @@ class RunController:
         self._watcher: WatchProcess | None = None
         self._pulsed: tuple = ()
 
-    def show_run_view(self) -> None:
+    def show_run_view(self) -> Awaitable[None]:
         """Switch to the run view, dropping screens left on it for another run (a log view of the
-        run watched before: its listeners are gone, it would show that run frozen)."""
-        self.app.switch_mode("run")
+        run watched before: its listeners are gone, it would show that run frozen). Awaiting the result
+        waits until the view is mounted."""
+        switched = self.app.switch_mode("run")
         while len(self.app.screen_stack) > 1 and getattr(self.app.screen, "live", self.live) is not self.live:
             self.app.pop_screen()
+        return switched
+
+    async def _frame_out(self, timeout: float = 2.0) -> None:
+        """Until the screen's next frame has gone out (at most `timeout`)."""
+        out = asyncio.Event()
+        self.app.screen.refresh()  # (a frame is due even if nothing else changed)
+        self.app.screen.call_after_refresh(out.set)
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(out.wait(), timeout)
 
     def refuse_while_launching(self, what: str) -> bool:
         """True (and says so) while Run.launch works: a second launch, opening or tearing down another
@@ -71,8 +83,11 @@ class RunController:
         self.launching = (f"Launching {a.recipe.name} ({plan.shape}) on {a.cluster.name}: checking that the ports "
                           f"are free, then starting {len(a.processes)} processes on {len(plan.nodes)} nodes …")
         await self.detach()
-        self.show_run_view()
+        await self.show_run_view()
         self.poke()
+        # the run view says "Launching ..." before the first process starts: once they start (129 at 128
+        # local nodes) each takes its share of the CPU, and the console drew that view 7-12 s late
+        await self._frame_out()
         from ..core.run.run import Run
 
         try:

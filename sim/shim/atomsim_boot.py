@@ -23,6 +23,12 @@ def ensure() -> None:
                 f.write(nice)
         except OSError:
             pass
+    cpus = os.environ.get("ATOMSIM_CPUS", "").strip()
+    if cpus:  # a benchmark's engines on CPUs of their own, as on the nodes of a cluster ("1" or "1,2")
+        try:
+            os.sched_setaffinity(0, {int(c) for c in cpus.split(",")})
+        except (OSError, ValueError):
+            pass
     try:
         import atomdeck.sim  # noqa: F401
         return

@@ -224,6 +224,40 @@ async def test_tui_run_opens_on_that_run_and_readonly_cannot_tear_it_down():
     assert report.clean and gone(run) == []
 
 
+async def test_the_run_view_says_launching_on_screen_before_the_first_process_starts(monkeypatch):
+    """Once processes start (129 at 128 local nodes) each takes a share of the CPU: the run view's
+    "Launching ..." went out 7-12 s after the key. Now a frame with it is out before the first start."""
+    from atomdeck.core.launch.local import LocalLauncher
+
+    app = live_app()
+    frames: list[str] = []  # what the run view said in each frame that went out
+    seen_at_start: list[list[str]] = []
+    real_start_many = LocalLauncher.start_many
+
+    async def start_many(self, specs):
+        seen_at_start.append(list(frames))
+        return await real_start_many(self, specs)
+
+    monkeypatch.setattr(LocalLauncher, "start_many", start_many)
+    async with app.run_test(size=BIG) as pilot:
+        display = app._display
+
+        def recorded(screen, renderable):
+            if isinstance(screen, RunScreen) and renderable is not None:
+                frames.append(text_of(screen.query_one("#run-empty")))
+            display(screen, renderable)
+
+        app._display = recorded
+        await ready(pilot)
+        await launch(pilot, app)
+        app._display = display
+        assert len(seen_at_start) == 1
+        assert any(said.startswith("Launching demo-1p1d") for said in seen_at_start[0]), seen_at_start
+        run = app.live.run
+    report = await Run.open(run.id).teardown(grace=2)
+    assert report.clean and gone(run) == []
+
+
 async def test_a_port_in_use_is_shown_as_a_dialog_and_nothing_runs():
     import socket
 
