@@ -272,7 +272,7 @@ def _measure(term: Term, n: int, out: dict, rss: list[tuple[float, float]], serv
 
 
 def _ms(s) -> str:
-    return "-" if s is None else f"{s * 1000:.0f} ms"
+    return "-" if s is None else f"{s:.1f} s" if s >= 10 else f"{s * 1000:.0f} ms"
 
 
 def _yes(ok: bool) -> str:
