@@ -26,7 +26,16 @@ from ..widgets.footer import QuietFooter
 from ..widgets.pair_matrix import LEGEND as PAIR_LEGEND
 from ..widgets.process_table import ProcessTable
 from ..widgets.quiet import set_if_changed
-from ..widgets.run_panels import MATRIX_FROM, HandshakePanel, NodesPanel, RouterPanel, RunHeader, TailPanel, WhyPanel
+from ..widgets.run_panels import (
+    MATRIX_FROM,
+    HandshakePanel,
+    NodesPanel,
+    RouterPanel,
+    RunHeader,
+    RunPanel,
+    TailPanel,
+    WhyPanel,
+)
 from ..widgets.serving_panel import ServingPanel
 from ..widgets.vtable import VirtualTable
 
@@ -49,6 +58,9 @@ CLOCK_STEP_S = 0.1
 # machine), and a key pressed then waited behind all of them and their frame. Smaller runs draw a change in
 # one turn (it costs a few ms, and tests and the pulse read the screen right after it).
 SPREAD_FROM = 32  # processes
+# While the run comes up its panels keep their highest line count (RunPanel.keep_rows): the screen is not
+# re-laid out each time the diagnosis or the handshake panel gains or loses a line. Released at serving.
+COMING_UP = ("launching", "starting")
 FRAME_ASK_TURNS = 8  # loop turns a panel's repaint may take to reach the screen (_frame_out)
 
 
@@ -307,6 +319,8 @@ class RunScreen(Screen):
         self.drawn_changes = dict(live.changes)
         if live is not self.shown:
             self.shown, self.culprit, self.tail_name = live, None, None
+            for panel in self._panels():  # (the lines another run's panels kept)
+                panel.keep_rows(False)
             self.query_one(ServingPanel).reset()
             self.query_one(HandshakePanel).matrix_key = None
             table = self.query_one(ProcessTable)
@@ -320,6 +334,9 @@ class RunScreen(Screen):
         if state.status in ("failed", "stopped", "dirty") and state.since:
             now = min(now, state.since)  # a run that ended: its clocks stop where it ended
         d = diagnose(state, now)
+        coming_up = state.status in COMING_UP
+        for panel in self._panels():
+            panel.keep_rows(coming_up)
         note = "tearing down…" if live.teardown_running else ""
         self.query_one(RunHeader).show(state, d, now, watching=live.watching, note=note)
         self.query_one(WhyPanel).show(state, d)
@@ -388,6 +405,12 @@ class RunScreen(Screen):
         cost += time.perf_counter() - started
         self.redraw_cost = cost
         self.next_redraw_at = time.monotonic() + cost * (1 - REDRAW_SHARE) / REDRAW_SHARE
+
+    def _panels(self) -> list[RunPanel]:
+        panels = self.__dict__.get("_run_panels")
+        if panels is None:
+            panels = self._run_panels = list(self.query(RunPanel))
+        return panels
 
     def _show_pairs(self, live: LiveRun, now: float) -> None:
         version = (id(live.state), live.changes.get("pairs", 0))

@@ -75,12 +75,30 @@ class RunPanel(Static):
         inside the view, several per key press) does not, so it costs no rebuild."""
         return tuple(self.color(name) for name in PALETTE)
 
+    # While a run comes up (the run view says so: keep_rows) the panel keeps the most lines it has shown:
+    # fewer lines are padded with blank ones instead of re-laying the screen out. At 128 nodes the
+    # diagnosis, the handshake panel and the header changed their line count back and forth, each change a
+    # layout pass of the whole run view (40-540 ms while the simulators start), and the panels below jumped.
+    holding = False
+
+    def keep_rows(self, on: bool) -> None:
+        """Keep the highest line count from now on (on), or show the content at its own size again (off)."""
+        if on == self.holding:
+            return
+        self.holding = on
+        asked = getattr(self, "_asked", None)
+        if not on and getattr(self, "_padded", False) and asked is not None:
+            self._asked = None  # (else the same content is "unchanged")
+            self.set(asked)
+
     def set(self, content, shape: object = None) -> bool:
         """Show `content` if it changed, re-laying the screen out only if its size may have changed
-        (the clock redraws these panels every second: see quiet.py; for Text, fit_shape)."""
-        last = getattr(self, "_quiet_content", None)
+        (the clock redraws these panels every second: see quiet.py; for Text, fit_shape; for a Group
+        (the router's tables), the lines it renders into)."""
+        last = getattr(self, "_asked", None)
         if isinstance(content, Text) and type(last) is Text and last == content:
             return False  # (before measuring its shape: most redraws change nothing in most panels)
+        self._asked = content
         width = self.size.width
         if shape is None and isinstance(content, Text) and width > 0:
             shape = fit_shape(content, width)
@@ -89,6 +107,19 @@ class RunPanel(Static):
                 # drawn before the panel had this width (or a width at all): the layout since then sized
                 # it for what it shows at this width
                 self._quiet_shape = fit_shape(shown, width)
+        elif shape is None and isinstance(content, Group) and width > 0 and self.is_mounted:
+            # measured as Textual measures a renderable's height (textual.visual.RichVisual.get_height)
+            app = self.app
+            options = app.console_options.update_width(width).update(highlight=False)
+            shape = width, sum(text.count("\n") for text, _, _ in app.console.render(content, options))
+        self._padded = False
+        held = getattr(self, "_quiet_shape", None)
+        if (self.holding and isinstance(content, Text) and isinstance(shape, tuple) and isinstance(held, tuple)
+                and held[0] == shape[0] and held[1] > shape[1]):
+            padded = content.copy()
+            padded.append("\n " * (held[1] - shape[1]))
+            if fit_shape(padded, width) == held:
+                content, shape, self._padded = padded, held, True
         return update_quietly(self, content, shape)
 
 
