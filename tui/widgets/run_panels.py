@@ -98,7 +98,7 @@ class RunPanel(Static):
         last = getattr(self, "_asked", None)
         if isinstance(content, Text) and type(last) is Text and last == content:
             return False  # (before measuring its shape: most redraws change nothing in most panels)
-        self._asked = content
+        self._asked = content.copy() if isinstance(content, Text) else content  # (a caller may append to its Text)
         width = self.size.width
         if shape is None and isinstance(content, Text) and width > 0:
             shape = fit_shape(content, width)
