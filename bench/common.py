@@ -98,10 +98,13 @@ class Term:
     def screen(self) -> str:
         return self("capture-pane", "-p", "-t", "s")
 
-    def wait_for(self, text: str, timeout: float = 60.0, every: float = 0.01) -> float:
+    def wait_for(self, text: str | tuple[str, ...], timeout: float = 60.0, every: float = 0.01) -> float:
+        """Until the screen shows `text` (or one of several); returns when it did."""
+        texts = (text,) if isinstance(text, str) else text
         t0 = time.monotonic()
         while time.monotonic() - t0 < timeout:
-            if text in self.screen():
+            screen = self.screen()
+            if any(t in screen for t in texts):
                 return time.monotonic()
             if self.control is not None:
                 # an attached control client must be read: one that is not stops reading its stdin once

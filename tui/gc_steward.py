@@ -55,9 +55,9 @@ class GcSteward:
 
     def tick(self) -> str:
         """"full" if the due full pass ran now (thawed, collected everything, froze the survivors), else ""."""
-        now = self.clock()
-        if now - self.last_full < self.full_every:
+        if not self.full_due():
             return ""
+        now = self.clock()
         if now - self.last_key < self.quiet:
             self.postponed += 1
             return ""

@@ -36,12 +36,6 @@ PARTS = {"cell": "cells", "pair": "pairs", "check": "checks", "conn": "conns", "
          "run": "run", "teardown": "run", "note": "run"}  # every other kind ("proc.*"): "procs"
 
 
-# settle_gc (gc_steward.py) at attach: what the console holds from the start (Textual, the app's screens, core:
-# ~130,000 objects) leaves the cyclic GC's full passes. Under a log flood each frame's strips churn the young
-# generations and a full pass ran every few seconds over all of it: 140-220 ms each, a key behind one waited that
-# long. It first thaws and collects what died since (a detached run, closed screens): one full pass per attach.
-
-
 class LiveRun:
     """One attached run. `version` changes with every state change, `line_seq[name]` counts every
     line a process ever logged while attached (so a reader can tell what it has not seen yet)."""
@@ -77,6 +71,9 @@ class LiveRun:
         self._told = False  # the watcher was told what to send
         run.listeners.append(self._on_event)
         run.line_listeners.append(self._on_line)
+        # what the console holds from the start (Textual, its screens, core: ~130,000 objects) leaves the cyclic
+        # GC's full passes: under a log flood a full pass over all of it ran every few seconds, 140-220 ms each,
+        # and a key behind one waited that long. One full pass per attach (it first collects what died since).
         settle_gc()
 
     # -- core's listeners: O(1), no I/O ----------------------------------------------------------

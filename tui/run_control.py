@@ -53,13 +53,6 @@ class RunController:
             self.app.pop_screen()
         return switched
 
-    async def _frame_out(self, timeout: float = 2.0) -> None:
-        """Until the screen's next frame has gone out (at most `timeout`)."""
-        out = asyncio.Event()
-        self.app.screen.refresh()  # (a frame is due even if nothing else changed)
-        self.app.screen.call_after_refresh(out.set)
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(out.wait(), timeout)
 
     def refuse_while_launching(self, what: str) -> bool:
         """True (and says so) while Run.launch works: a second launch, opening or tearing down another
@@ -85,9 +78,11 @@ class RunController:
         await self.detach()
         await self.show_run_view()
         self.poke()
-        # the run view says "Launching ..." before the first process starts: once they start (129 at 128
-        # local nodes) each takes its share of the CPU, and the console drew that view 7-12 s late
-        await self._frame_out()
+        # the run view says "Launching ..." before the first process starts (at most 2 s late): once they start
+        # (129 at 128 local nodes) each takes its share of the CPU, and the console drew that view 7-12 s late
+        self.app.screen.refresh()  # (a frame is due even if nothing else changed)
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self.app.screen.wait_for_refresh(), 2.0)
         from ..core.run.run import Run
 
         try:

@@ -80,25 +80,24 @@ class RunPanel(Static):
     # diagnosis, the handshake panel and the header changed their line count back and forth, each change a
     # layout pass of the whole run view (40-540 ms while the simulators start), and the panels below jumped.
     holding = False
+    _unpadded: Text | None = None  # what was asked for, while the panel shows it padded
 
     def keep_rows(self, on: bool) -> None:
         """Keep the highest line count from now on (on), or show the content at its own size again (off)."""
         if on == self.holding:
             return
         self.holding = on
-        asked = getattr(self, "_asked", None)
-        if not on and getattr(self, "_padded", False) and asked is not None:
-            self._asked = None  # (else the same content is "unchanged")
+        asked, self._unpadded = self._unpadded, None
+        if not on and asked is not None:
             self.set(asked)
 
     def set(self, content, shape: object = None) -> bool:
         """Show `content` if it changed, re-laying the screen out only if its size may have changed
         (the clock redraws these panels every second: see quiet.py; for Text, fit_shape; for a Group
         (the router's tables), the lines it renders into)."""
-        last = getattr(self, "_asked", None)
+        last = self._unpadded if self._unpadded is not None else getattr(self, "_quiet_content", None)
         if isinstance(content, Text) and type(last) is Text and last == content:
             return False  # (before measuring its shape: most redraws change nothing in most panels)
-        self._asked = content.copy() if isinstance(content, Text) else content  # (a caller may append to its Text)
         width = self.size.width
         if shape is None and isinstance(content, Text) and width > 0:
             shape = fit_shape(content, width)
@@ -112,14 +111,15 @@ class RunPanel(Static):
             app = self.app
             options = app.console_options.update_width(width).update(highlight=False)
             shape = width, sum(text.count("\n") for text, _, _ in app.console.render(content, options))
-        self._padded = False
+        self._unpadded = None
         held = getattr(self, "_quiet_shape", None)
         if (self.holding and isinstance(content, Text) and isinstance(shape, tuple) and isinstance(held, tuple)
                 and held[0] == shape[0] and held[1] > shape[1]):
             padded = content.copy()
             padded.append("\n " * (held[1] - shape[1]))
             if fit_shape(padded, width) == held:
-                content, shape, self._padded = padded, held, True
+                self._unpadded = content.copy()
+                content, shape = padded, held
         return update_quietly(self, content, shape)
 
 
