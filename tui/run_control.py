@@ -38,6 +38,8 @@ class RunController:
         self.app = app
         self.live: LiveRun | None = None
         self.launching = ""  # what the run view says while Run.launch works
+        self.launch_step = ""  # what that launch does now (core's progress: the allocation's wait, the count)
+        self._launch_t0 = 0.0
         self._quit_armed = False  # q pressed once during a launch
         self.quit_message: Text | None = None  # what quitting printed (the run left running)
         self._watch_worker: Worker | None = None
@@ -73,8 +75,9 @@ class RunController:
         before = self.live
         plan = a.plan
         assert plan is not None
-        self.launching = (f"Launching {a.recipe.name} ({plan.shape}) on {a.cluster.name}: checking that the ports "
-                          f"are free, then starting {len(a.processes)} processes on {len(plan.nodes)} nodes …")
+        self.launching = (f"Launching {a.recipe.name} ({plan.shape}) on {a.cluster.name}: "
+                          f"{len(a.processes)} processes on {len(plan.nodes)} nodes")
+        self.launch_step, self._launch_t0 = "", self.app.now()
         await self.detach()
         await self.show_run_view()
         self.poke()
@@ -86,9 +89,9 @@ class RunController:
         from ..core.run.run import Run
 
         try:
-            run = await Run.launch(self.app.workspace, a)
+            run = await Run.launch(self.app.workspace, a, progress=self._launch_said)
         except Exception as e:  # every refusal is shown, none crashes the console
-            self.launching, self._quit_armed = "", False
+            self.launching, self.launch_step, self._quit_armed = "", "", False
             self.poke()
             findings = getattr(e, "findings", None)
             if findings:
@@ -97,11 +100,20 @@ class RunController:
             else:
                 self.app.push_screen(MessageDialog("Launch failed", Text(str(e) or type(e).__name__)))
             return
-        self.launching, self._quit_armed = "", False
+        self.launching, self.launch_step, self._quit_armed = "", "", False
         self.attach(run)
         if before is not None and before.running:
             self.app.notify(f"run {before.id} keeps running (not watched now); 5 Runs lists it", title="Launched")
         self.app.notify(f"run {run.id}: {len(run.handles)} processes started", title="Launched")
+
+    def _launch_said(self, what: str) -> None:
+        """Core's launch progress: kept, and drawn by the next pulse (a count of 129 starts is not 129 frames)."""
+        self.launch_step = what
+
+    @property
+    def launch_elapsed(self) -> int:
+        """Whole seconds since the launch key by the console's clock (0 when no launch works)."""
+        return int(self.app.now() - self._launch_t0) if self.launching else 0
 
     def attach(self, run: Run, watch: bool = True) -> LiveRun:
         """Make `run` the console's run (the previous one must have been detached) and watch it:
@@ -270,7 +282,7 @@ class RunController:
     def pulse(self) -> None:
         live = self.live
         key = (id(live), live.version, live.lines_version, live.teardown_running, live.watching) if live \
-            else (None, self.launching)
+            else (None, self.launching, self.launch_step, self.launch_elapsed)
         if key != self._pulsed:
             self._pulsed = key
             self.app.post_message(RunUpdated(live.version if live else -1))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import re
 import sys
 import time
 from collections.abc import Coroutine
@@ -26,6 +27,28 @@ def _progress(t0: float):
         print(f"[{time.time() - t0:6.1f}s] {e.kind:10} {subject:22} {e.value:16} {e.detail[:100]}",
               file=sys.stderr, flush=True)
     return show
+
+
+_COUNT = re.compile(r"(\d+) of (\d+) processes started(?:, (\d+) could not start)?")
+
+
+def _launch_progress(t0: float):
+    """Print what a launch does (stderr): each new step, a long wait every 10 s, a count when it is complete."""
+    last_shape, last_at = "", 0.0
+
+    def say(text: str) -> None:
+        nonlocal last_shape, last_at
+        now, shape = time.time(), re.sub(r"\d+", "#", text)
+        count = _COUNT.fullmatch(text)
+        if count:
+            s, total, f = int(count[1]), int(count[2]), int(count[3] or 0)
+            if s + f < total and shape == last_shape:
+                return
+        elif shape == last_shape and now - last_at < 10:
+            return
+        last_shape, last_at = shape, now
+        print(f"[{now - t0:6.1f}s] launch     {text}", file=sys.stderr, flush=True)
+    return say
 
 
 def cmd_up(args: argparse.Namespace) -> int:
@@ -57,7 +80,7 @@ def up_json(run: Run, state: RunState, *, waited: bool, timeout: float | None = 
 async def _up(ws, a, args) -> int:
     t0 = time.time()
     as_json = getattr(args, "json", False)
-    run = await Run.launch(ws, a, job_id=args.job)
+    run = await Run.launch(ws, a, job_id=args.job, progress=_launch_progress(t0))
     if not as_json:
         print(run.id, flush=True)
     if not args.wait:

@@ -125,6 +125,7 @@ class Launcher(Protocol):
 
     kind: str
     on_facts: Callable[[dict], None] | None
+    on_progress: Callable[[str], None] | None
 
     async def prepare(self, plan: Plan, processes: list[ProcessSpec]) -> dict: ...
     async def node_health(self, nodes: list[str]) -> dict[str, str]: ...
@@ -153,6 +154,21 @@ class LauncherBase(abc.ABC):
         self.run_id = run_id
         self.run_dir = run_dir
         self.on_facts: Callable[[dict], None] | None = None
+        self.on_progress: Callable[[str], None] | None = None
+        self._started_count = (0, 0)  # (started, failed) of the current start_many
+
+    def _say(self, what: str) -> None:
+        """Say what the launch is doing now (a console shows it, `up` prints it): a wait for an allocation
+        or a pre-flight check can take minutes, and a launch that says nothing looks hung."""
+        if self.on_progress is not None:
+            self.on_progress(what)
+
+    def _count_started(self, total: int, started: int = 0, failed: int = 0) -> None:
+        """`started` (and `failed`) more of the `total` processes of this start_many; 0, 0 begins a count."""
+        s, f = self._started_count if started or failed else (0, 0)
+        s, f = s + started, f + failed
+        self._started_count = (s, f)
+        self._say(f"{s} of {total} processes started" + (f", {f} could not start" if f else ""))
 
     def _record(self, facts: dict) -> None:
         """Write facts into the run's run.json now (not when prepare() returns), so that a session that
@@ -181,7 +197,18 @@ class LauncherBase(abc.ABC):
         """Start every process, in parallel. A launcher that can batch per node overrides this."""
         import asyncio
 
-        return list(await asyncio.gather(*(self.start(s) for s in specs), return_exceptions=True))
+        self._count_started(len(specs))
+
+        async def one(spec: ProcessSpec) -> ProcHandle:
+            try:
+                h = await self.start(spec)
+            except Exception:
+                self._count_started(len(specs), failed=1)
+                raise
+            self._count_started(len(specs), started=1)
+            return h
+
+        return list(await asyncio.gather(*(one(s) for s in specs), return_exceptions=True))
 
     @abc.abstractmethod
     async def poll(self, handle: ProcHandle) -> ProcStatus:

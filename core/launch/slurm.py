@@ -84,11 +84,13 @@ class SlurmLauncher(NodeSteps, LauncherBase):
         nodes = list(plan.selection.all())
         try:
             if self.job_id:
+                self._say(f"checking that Slurm job {self.job_id} holds the {len(nodes)} nodes")
                 await self._check_given_job(nodes)
             else:
                 await self._submit(nodes)  # interrupted while the job waits to start: released below
             facts: dict[str, Any] = {"job_id": self.job_id, "job_owned": self.job_owned, "shared_dir": self.shared_dir}
             await self._mkdir_shared()
+            self._say(f"pre-flight checks on {len(nodes)} nodes (one srun step each, in job {self.job_id})")
             facts.update(await self._preflight(plan, processes))
         except BaseException:
             await self.release()
@@ -131,6 +133,7 @@ class SlurmLauncher(NodeSteps, LauncherBase):
             Path(self.shared_dir, "logs").mkdir(parents=True, exist_ok=True, mode=0o700)
         else:
             await self.runner.run(["mkdir", "-p", "-m", "700", f"{self.shared_dir}/logs"], check=True)
+        self._say(f"asking Slurm for {len(nodes)} nodes (sbatch on {self.runner.where})")
         res = await self.runner.run(argv, timeout=60)
         if not res.ok:
             said = (res.stderr or res.stdout).strip()
@@ -149,6 +152,10 @@ class SlurmLauncher(NodeSteps, LauncherBase):
                 return
             if q.ok and not last:
                 break  # it ended already
+            state, _, reason = last.partition("|")
+            self._say(f"Slurm job {self.job_id} is {state or 'not in squeue yet'}"
+                      + (f" ({reason})" if reason and reason != "None" else "")
+                      + f"; waiting up to {JOB_START_TIMEOUT:.0f} s for it to start")
             await asyncio.sleep(0.2)
         raise AtomdeckError(f"the holding job {self.job_id} did not start ({last or 'it ended'}); "
                             "check the partition and the nodes' state")

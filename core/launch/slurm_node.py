@@ -56,6 +56,7 @@ class NodeSteps:
         def _tail_runner(self, name: str) -> Runner: ...
         async def _steps_now(self, max_age: float = 0.5) -> dict[str, tuple[str, str]]: ...
         async def _find_step(self, name: str) -> str | None: ...
+        def _count_started(self, total: int, started: int = 0, failed: int = 0) -> None: ...
         async def _read(self, path: str) -> str: ...
         async def _exit_code(self, h: ProcHandle) -> int | None: ...
         async def _poll_step(self, handle: ProcHandle) -> ProcStatus: ...
@@ -74,6 +75,7 @@ class NodeSteps:
         for s in specs:
             by_node.setdefault(s.node, []).append(s)
         results: dict[str, ProcHandle | BaseException] = {}
+        self._count_started(len(specs))
 
         async def node(name: str, group: list[ProcessSpec]) -> None:
             try:
@@ -81,6 +83,9 @@ class NodeSteps:
             except BaseException as e:
                 for s in group:
                     results[s.name] = e
+                self._count_started(len(specs), failed=len(group))
+                return
+            self._count_started(len(specs), started=len(group))
 
         await asyncio.gather(*(node(n, g) for n, g in by_node.items()))
         return [results[s.name] for s in specs]

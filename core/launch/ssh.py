@@ -107,13 +107,20 @@ class SshLauncher(LauncherBase):
         from ..remote.preflight import run_checks
 
         nodes = list(plan.selection.all())
+        reached = 0
 
         async def mk(node: str) -> None:
+            nonlocal reached
             await self.shell(node).run(["mkdir", "-p", "-m", "700", f"{self.remote_dir}/logs"], timeout=30,
                                        check=True)
+            reached += 1
+            self._say(f"connected to {reached} of {len(nodes)} nodes over SSH")
 
+        self._say(f"connecting to {len(nodes)} nodes over SSH")
         await asyncio.gather(*(mk(n) for n in nodes))  # also: the first connection to every node, in parallel
+        self._say(f"pre-flight checks on {len(nodes)} nodes")
         facts = await run_checks(plan, processes, lambda node, argv: self.shell(node).run(argv, timeout=60))
+        self._say(f"checking the engines' flags on {len(nodes)} nodes")
         await check_engine_flags(plan, processes, lambda node, argv: self.shell(node).run(argv, timeout=120))
         return {"remote_dir": self.remote_dir, **facts}
 
@@ -134,6 +141,7 @@ class SshLauncher(LauncherBase):
         for s in specs:
             by_node.setdefault(s.node, []).append(s)
         results: dict[str, ProcHandle | BaseException] = {}
+        self._count_started(len(specs))
 
         async def node(name: str, group: list[ProcessSpec]) -> None:
             logs = f"{self.remote_dir}/logs"
@@ -148,7 +156,9 @@ class SshLauncher(LauncherBase):
             except BaseException as e:
                 for s in group:
                     results[s.name] = e
+                self._count_started(len(specs), failed=len(group))
                 return
+            self._count_started(len(specs), started=len(group))
             for s, pid in zip(group, pids):
                 logs_ = f"{self.remote_dir}/logs"
                 results[s.name] = ProcHandle(s.name, s.node, s.host, self.kind, pid=pid,

@@ -147,12 +147,17 @@ class Run:
 
     # ---------------------------------------------------------------------------------------- creation
     @classmethod
-    async def launch(cls, ws: Workspace, a: Assessment, job_id: str | None = None) -> Run:
-        """Start every process of an assessed plan. Refuses a plan with errors."""
+    async def launch(cls, ws: Workspace, a: Assessment, job_id: str | None = None,
+                     progress: Callable[[str], None] | None = None) -> Run:
+        """Start every process of an assessed plan. Refuses a plan with errors. `progress(text)` hears
+        what the launch does meanwhile: the ports check, the allocation's wait, pre-flight, the count started."""
         if a.plan is None or not a.ok:
             errs = "; ".join(f"{f.rule}: {f.message}" for f in a.errors()) or "no plan"
             raise AtomdeckError(f"the plan has errors, nothing was launched: {errs}")
         plan = a.plan
+        say = progress or (lambda _: None)
+        ports = sum(len(p.ports) for p in a.processes)
+        say(f"checking that the {ports} ports are free on {len(plan.nodes)} nodes")
         await check_ports_free(plan, a.processes, make_launcher(plan.cluster, "preflight", "/", {}))
         run_id = new_run_id(plan.recipe.name)
         rd = RunDir.create(run_id)
@@ -168,6 +173,7 @@ class Run:
         rd.write_json("inventory.json", [{"name": n.name, "addr": n.addr, "states": n.states, "gpus": n.gpus,
                                           "partitions": n.partitions, "reason": n.reason} for n in plan.nodes])
         launcher = make_launcher(plan.cluster, run_id, str(rd.path), meta)
+        launcher.on_progress = progress
         try:
             facts = await launcher.prepare(plan, a.processes)
         except BaseException as e:

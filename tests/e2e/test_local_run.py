@@ -21,9 +21,9 @@ from .conftest import workspace
 pytestmark = pytest.mark.slow
 
 
-def launch_and_watch(ws, runs, until=("serving", "failed"), timeout=30):
+def launch_and_watch(ws, runs, until=("serving", "failed"), timeout=30, said=None):
     async def go():
-        run = await Run.launch(ws, ws.assess())
+        run = await Run.launch(ws, ws.assess(), progress=None if said is None else said.append)
         runs.append(run)
         state = await run.watch(until=lambda s: s.status in until, timeout=timeout)
         return run, state
@@ -33,8 +33,15 @@ def launch_and_watch(ws, runs, until=("serving", "failed"), timeout=30):
 @pytest.mark.parametrize("recipe,shape", [("demo-1p1d", "1/1P 1/1D router serving"),
                                           ("demo-2p1d", "2/2P 1/1D router serving")])
 def test_reaches_serving_then_down_leaves_nothing(recipe, shape, runs):
-    run, state = launch_and_watch(workspace(recipe), runs)
+    said: list[str] = []
+    run, state = launch_and_watch(workspace(recipe), runs, said=said)
     assert state.status == "serving", state.diagnosis
+    # what the launch said it did: the ports, then a count that only goes up and ends with every process
+    n, ports = len(run.processes), sum(len(p.ports) for p in run.processes.values())
+    assert said[0] == f"checking that the {ports} ports are free on {len(run.plan.nodes)} nodes", said
+    counts = [int(line.split()[0]) for line in said[1:]]
+    assert said[1:] and all(line.endswith(f" of {n} processes started") for line in said[1:]), said
+    assert counts[0] == 0 and counts[-1] == n and counts == sorted(counts) and len(counts) == n + 1, said
     assert state.readiness() == shape
     assert state.checks["smoke"].ok and state.checks["smoke"].data["tokens"] == 8
     assert state.checks["models"].ok
@@ -148,6 +155,10 @@ def test_cli_up_wait_status_logs_down():
     up = _atomdeck("up", "demo-1p1d", "--wait")
     assert up.returncode == 0, up.stderr
     run_id = up.stdout.strip()
+    # what the launch did, on stderr before the events: the ports, then the count once it is complete
+    launch = [line.split("launch", 1)[1].strip() for line in up.stderr.splitlines() if "] launch " in line]
+    assert launch == ["checking that the 12 ports are free on 2 nodes", "0 of 3 processes started",
+                      "3 of 3 processes started"], up.stderr
     st = _atomdeck("status", run_id, "--json")
     import json
 

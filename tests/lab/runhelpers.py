@@ -28,24 +28,25 @@ def workspace(recipe: str, cluster: str, **edits):
     return ws
 
 
-async def launch(ws, nodes=None, a=None) -> Run:
-    """Launch the assessment `a` (default: a fresh one on `nodes`), which must be fine."""
+async def launch(ws, nodes=None, a=None, said: list[str] | None = None) -> Run:
+    """Launch the assessment `a` (default: a fresh one on `nodes`), which must be fine; what the launch
+    says it does goes to `said`."""
     a = a or ws.assess(nodes)
     assert a.ok, a.findings
-    return await Run.launch(ws, a)
+    return await Run.launch(ws, a, progress=None if said is None else said.append)
 
 
-async def up(ws, nodes=None, a=None, timeout=60):
+async def up(ws, nodes=None, a=None, timeout=60, said: list[str] | None = None):
     """Launch (see launch) and watch until it serves or failed: (run, state)."""
-    run = await launch(ws, nodes, a)
+    run = await launch(ws, nodes, a, said)
     state = await run.watch(until=lambda s: s.status in ("serving", "failed"), timeout=timeout)
     return run, state
 
 
-def serve(ws, nodes=None, timeout=60, a=None):
+def serve(ws, nodes=None, timeout=60, a=None, said: list[str] | None = None):
     """up(), then the run closed (it stays up): (run, state)."""
     async def go():
-        run, state = await up(ws, nodes, a, timeout)
+        run, state = await up(ws, nodes, a, timeout, said)
         await run.close()
         return run, state
     return asyncio.run(go())
@@ -133,3 +134,17 @@ def kill_worker_python(lab, node: str, run_id: str, name: str) -> int:
 
 
 __all__ = ["Path"]
+
+
+def assert_said(said: list[str], run: Run, *steps: str) -> None:
+    """What a launch said: each of `steps` (a beginning of a line) in that order, then a count of the run's
+    processes started that only goes up, and ends with all of them."""
+    at = 0
+    for step in steps:
+        found = [i for i, line in enumerate(said) if i >= at and line.startswith(step)]
+        assert found, f"the launch never said {step!r} (after {said[at - 1] if at else 'its start'!r}): {said}"
+        at = found[0] + 1
+    total = len(run.processes)
+    counts = [int(line.split()[0]) for line in said[at:] if line.endswith(f"of {total} processes started")]
+    assert counts and counts[0] == 0 and counts[-1] == total and counts == sorted(counts), said
+    assert said[-1] == f"{total} of {total} processes started", said

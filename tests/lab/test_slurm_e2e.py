@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -17,6 +18,7 @@ from tests.leftovers import open_ports
 
 from .runhelpers import (
     SPEED,
+    assert_said,
     cli,
     kill_worker_python,
     run_pids,
@@ -52,10 +54,14 @@ def test_asking_for_g37_is_refused_with_its_reason(lab):
 @pytest.mark.parametrize("recipe,shape", [("demo-1p1d", "1/1P 1/1D router serving"),
                                           ("demo-2p1d", "2/2P 1/1D router serving")])
 def test_serving_through_slurm_then_down_leaves_no_job_step_process_or_port(lab, recipe, shape):
-    run, state = serve(workspace(recipe, "lab"))
+    said: list[str] = []
+    run, state = serve(workspace(recipe, "lab"), said=said)
     job = run.rd.meta()["job_id"]
     try:
         assert state.status == "serving", state.diagnosis
+        nodes = len(run.plan.selection.all())
+        assert_said(said, run, "checking that the", f"asking Slurm for {nodes} nodes (sbatch on",
+                    f"pre-flight checks on {nodes} nodes (one srun step each, in job {job})")
         assert state.readiness() == shape and state.checks["smoke"].ok
         assert squeue_job(job) == "RUNNING"
         assert len(squeue_steps(job).splitlines()) >= len(run.processes)
@@ -216,3 +222,42 @@ def test_a_session_killed_while_its_allocation_waits_leaves_a_job_that_down_find
     finally:
         subprocess.run(["scancel", blocker], check=False)
         wait_for(lambda: squeue_job(blocker) == "", 20)
+
+
+def test_a_launch_waiting_for_its_allocation_says_so_with_slurms_reason(lab):
+    """Every node busy: `up` says its holding job is PENDING and Slurm's reason while it waits (a launch
+    that said nothing looked hung), and goes on by itself once the nodes are free."""
+    blocker = subprocess.run(["sbatch", "--parsable", "-N4", "--exclusive", "-o", "/dev/null", "--wrap", "sleep 300"],
+                             capture_output=True, text=True, check=True).stdout.strip().split(";")[0]
+    t0 = time.time()
+    try:
+        assert wait_for(lambda: squeue_job(blocker) == "RUNNING", 20)
+        env = {**os.environ, "ATOMDECK_SIM_SPEED": SPEED}
+        p = subprocess.Popen([sys.executable, "-m", "atomdeck.core.cli.main", "up", "demo-1p1d", "--cluster", "lab"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        try:
+            assert p.stderr is not None and p.stdout is not None
+            said = []
+            for line in p.stderr:
+                said.append(line.rstrip("\n"))
+                if re.search(r"launch +Slurm job \d+ is PENDING \(\w+\); waiting up to 120 s for it to start", line):
+                    break
+            else:
+                raise AssertionError(f"`up` never said its job was pending: {said}")
+            subprocess.run(["scancel", blocker], check=True)
+            out, err = p.communicate(timeout=120)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        said += err.splitlines()
+        assert p.returncode == 0, said
+        assert any("launch     pre-flight checks on 2 nodes" in line for line in said), said
+        assert any("launch     3 of 3 processes started" in line for line in said), said
+    finally:
+        subprocess.run(["scancel", blocker], check=False)
+        wait_for(lambda: squeue_job(blocker) == "", 20)
+        for m in Run.list():  # what this test launched, however far it got
+            if m.get("created", 0) >= t0:
+                down = cli("down", m["id"])
+                assert down.returncode == 0, down.stdout + down.stderr

@@ -16,7 +16,7 @@ from atomdeck.core.run.run import Run
 
 from tests.leftovers import open_ports
 
-from .runhelpers import SPEED, cli, run_pids, serve, teardown, wait_for, workspace
+from .runhelpers import SPEED, assert_said, cli, run_pids, serve, teardown, wait_for, workspace
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
@@ -24,9 +24,14 @@ pytestmark = [pytest.mark.lab, pytest.mark.slow]
 @pytest.mark.parametrize("recipe,shape", [("demo-1p1d", "1/1P 1/1D router serving"),
                                           ("demo-2p1d", "2/2P 1/1D router serving")])
 def test_serving_over_ssh_then_down_leaves_nothing(lab, recipe, shape):
-    run, state = serve(workspace(recipe, "lab-ssh"))
+    said: list[str] = []
+    run, state = serve(workspace(recipe, "lab-ssh"), said=said)
     try:
         assert state.status == "serving", state.diagnosis
+        nodes = len(run.plan.selection.all())
+        assert_said(said, run, "checking that the", f"connecting to {nodes} nodes over SSH",
+                    f"connected to {nodes} of {nodes} nodes", f"pre-flight checks on {nodes} nodes",
+                    "checking the engines' flags")
         assert state.readiness() == shape and state.checks["smoke"].ok
         assert set(run_pids(lab, run.id)) == set(run.plan.selection.all())
         meta = run.rd.meta()

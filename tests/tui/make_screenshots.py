@@ -209,6 +209,21 @@ async def _preflight(pilot) -> None:
     pilot.app.push_screen(MessageDialog("Pre-flight failed: nothing was launched", _preflight_text(findings)))
 
 
+def _launching(step: str, seconds: int) -> Step:
+    """A launch `seconds` after its key, core's launch saying `step` (Run.launch's progress): the run view."""
+    async def shot(pilot) -> None:
+        app = pilot.app
+        a = app.assessment
+        app.runs.launching = (f"Launching {a.recipe.name} ({a.plan.shape}) on {a.cluster.name}: "
+                              f"{len(a.processes)} processes on {len(a.plan.nodes)} nodes")
+        app.runs._launch_t0 = app.now() - seconds
+        app.runs._launch_said(step.format(n=len(a.processes)))
+        app.switch_mode("run")
+        await pilot.pause()
+        app.runs.poke()
+    return shot
+
+
 def _keys(*keys: str) -> Step:
     async def step(pilot) -> None:
         await pilot.press(*keys)
@@ -252,6 +267,11 @@ SHOTS: dict[str, tuple[dict, tuple[int, int], Step]] = {
     "32-run-128-nodes-handshake-100x30": ({}, SMALL, _scale(_focus_pairs)),
     "33-run-128-nodes-last-process-100x30": ({}, SMALL, _scale(_keys("end"))),
     "34-first-frame": ({"defer": True}, BIG, _keys()),  # before the recipe is read (kept there: see shoot)
+    "35-launch-waits-for-slurm": ({"recipe": "dsv4-fp4-mi355x-2p1d-dpa", "cluster": "mia1", "offline": True,
+                                   "named_nodes": MIA1, "fetch": _offline}, BIG,
+                                  _launching("Slurm job 48213 is PENDING (Resources); waiting up to 120 s for it "
+                                             "to start", 37)),
+    "36-launch-counting-100x30": ({}, SMALL, _launching("1 of {n} processes started", 2)),
 }
 
 

@@ -4,6 +4,7 @@ Every run a test starts is torn down (conftest checks nothing is left, by PID)."
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import replace
 from pathlib import Path
 
@@ -258,6 +259,42 @@ async def test_the_run_view_says_launching_on_screen_before_the_first_process_st
     assert report.clean and gone(run) == []
 
 
+async def test_the_run_view_counts_the_processes_a_launch_starts(monkeypatch):
+    """A launch of 129 processes took 8-23 s with nothing but "Launching ..." on screen. Core's launch
+    says what it does (Run.launch's progress), and the run view shows it: here the count, with the
+    second and later starts held until the screen showed the first."""
+    from atomdeck.core.launch.local import LocalLauncher
+
+    app = live_app()
+    first_shown = asyncio.Event()
+    real_start = LocalLauncher.start
+    began: list[str] = []
+
+    async def start(self, spec):
+        began.append(spec.name)
+        if len(began) > 1:
+            await first_shown.wait()
+        return await real_start(self, spec)
+
+    monkeypatch.setattr(LocalLauncher, "start", start)
+    async with app.run_test(size=BIG) as pilot:
+        await ready(pilot)
+        await pilot.press("3", "L", "y")
+
+        def said() -> str:
+            return text_of(app.screen.query_one("#run-empty")) if isinstance(app.screen, RunScreen) else ""
+
+        await until(pilot, lambda: "1 of 3 processes started" in said(), what="the first start counted")
+        assert said().startswith("Launching demo-1p1d (1P1D TP8) on local: 3 processes on 2 nodes"), said()
+        assert app.live is None  # still launching: the other two wait for this frame
+        first_shown.set()
+        await until(pilot, lambda: app.live is not None, what="the launch to end")
+        assert app.runs.launch_step == ""
+        run = app.live.run
+    report = await Run.open(run.id).teardown(grace=2)
+    assert report.clean and gone(run) == []
+
+
 async def test_a_port_in_use_is_shown_as_a_dialog_and_nothing_runs():
     import socket
 
@@ -288,7 +325,7 @@ async def test_preflight_findings_are_listed_with_their_nodes(monkeypatch):
                 Finding("preflight-model", "error", "model path /models/dsv4 missing", "model.path",
                         "copy the model to every node", node="mia1-p01-g03")]
 
-    async def refuse(ws, a, job_id=None):
+    async def refuse(ws, a, job_id=None, progress=None):
         raise PreflightError(findings)
 
     monkeypatch.setattr(Run, "launch", staticmethod(refuse))

@@ -68,7 +68,7 @@ def run_context(app: ConsoleApp) -> str:
     """The top bar's right side on the run views: which run, what it runs, where."""
     live = app.live
     if live is None:
-        return "[$text-muted]no run attached[/]"
+        return "[b]launching[/b]" if app.launching else "[$text-muted]no run attached[/]"
     run = live.run
     return (f"run [b]{escape(run.id)}[/b] · {escape(run.recipe.name)} ({escape(run.plan.shape)}) on "
             f"[b]{escape(run.cluster.name)}[/b] · {escape(run.cluster.launcher)}")
@@ -443,7 +443,10 @@ class RunScreen(Screen):
     def _empty_text(self) -> str:
         app = self.console
         if app.launching:
-            return f"[b]{escape(app.launching)}[/b]"
+            runs = app.runs
+            return (f"[b]{escape(app.launching)}[/b]\n\n{escape(runs.launch_step or 'starting')} …"
+                    f"  [dim]({runs.launch_elapsed} s)[/dim]\n\n"
+                    "[dim]q twice interrupts it and quits[/dim]")
         return ("[b]No run attached.[/b]\n\nLaunch one from [b]3 Preview[/b] (L asks first), or open an earlier "
                 "run on [b]5 Runs[/b]." + ("" if not app.readonly else "\n\nRead-only: launching and tearing "
                                            "down are disabled."))
