@@ -47,6 +47,29 @@ def test_a_cell_matches_its_own_address_or_a_wildcard_never_a_neighbours():
     assert listens(t, "node-a", 8000) and not listens(t, "node-a", 9)  # a host name: any local address
 
 
+def test_a_cells_address_is_parsed_once_not_at_every_read_of_the_table(monkeypatch):
+    """The barrier asks `listens` for each closed port at each read (642 ports, 20 reads a second at 128
+    nodes): parsing the address every time was a quarter of the watcher's CPU while such a run came up."""
+    import ipaddress
+
+    from atomdeck.core.remote import listening
+
+    parsed: list[str] = []
+    real = ipaddress.ip_address
+
+    def counting(host):
+        parsed.append(host)
+        return real(host)
+
+    monkeypatch.setattr(listening.ipaddress, "ip_address", counting)
+    listening._listen_addresses.cache_clear()
+    t = parse_proc_net_tcp(TCP + TCP6)
+    for _ in range(20):
+        assert listens(t, "127.0.21.11", 8000) and not listens(t, "127.0.21.12", 8000)
+        assert not listens(t, "127.0.21.11", 8001)  # another port of the same address: parsed already
+    assert sorted(parsed) == ["127.0.21.11", "127.0.21.12"]
+
+
 def test_ss_lines_are_parsed_too():
     out = ("LISTEN 0      128    127.0.21.11:8000 0.0.0.0:*\n"
            "LISTEN 0      4096         [::]:8080    [::]:*\n"
