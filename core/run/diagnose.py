@@ -10,6 +10,10 @@ from dataclasses import dataclass, field
 from .events import HEALTH_STAGES, LIVE, TERMINAL, CellState, ProcState, RunState
 
 STALL_AFTER_S = 60.0  # no new log line for this long while not up: call it stalled
+# owners of not-open ports described one by one; the rest are named in one line (the barrier has every cell).
+# 128 nodes coming up gave 129 long lines that changed every second: unreadable, and re-laid out by the
+# console at each change
+LISTED = 24
 
 
 @dataclass
@@ -48,6 +52,28 @@ def describe_proc(p: ProcState, now: float) -> str:
     stall = f", silent for {_ago(p.last_line_at, now)}" if quiet and quiet > STALL_AFTER_S else ""
     return (f"{p.name} on {p.node} alive, {p.stage.replace('_', ' ')} for {_ago(p.since or now, now)}{stall}; "
             f"last: {_last(p)}")
+
+
+def name_ranges(names: list[str]) -> str:
+    """Names folded into runs of their numbers, each prefix in the order it first comes: prefill-24–63,
+    decode-0–63, s005–009, router."""
+    groups: dict[str, list[tuple[int, str]]] = {}
+    for name in names:
+        m = re.fullmatch(r"(.*?)(\d+)", name)
+        prefix, num = (m[1], m[2]) if m else (name, "")
+        groups.setdefault(prefix, []).append((int(num) if num else -1, num))
+    out = []
+    for prefix, nums in groups.items():
+        nums.sort()
+        i = 0
+        while i < len(nums):
+            j = i
+            while j + 1 < len(nums) and nums[j + 1][0] == nums[j][0] + 1 and nums[i][0] >= 0:
+                j += 1
+            first, last = nums[i][1], nums[j][1]
+            out.append(f"{prefix}{first}" if i == j else f"{prefix}{first}–{last}")
+            i = j + 1
+    return ", ".join(out)
 
 
 def diagnose(s: RunState, now: float | None = None) -> Diagnosis:
@@ -92,11 +118,14 @@ def diagnose(s: RunState, now: float | None = None) -> Diagnosis:
         for c in blocking:
             owners.setdefault(c.owner or c.node, []).append(c)
         details = []
-        for owner, cells in owners.items():
+        for owner, cells in list(owners.items())[:LISTED]:
             ports = ", ".join(f":{c.port}" for c in sorted(cells, key=lambda c: c.port))
             p = s.procs.get(owner)
             who = describe_proc(p, now) if p else f"{owner}: no process owns these ports"
             details.append(f"{cells[0].node} {ports} not open — {who}")
+        if len(owners) > LISTED:
+            rest = list(owners)[LISTED:]
+            details.append(f"… and {len(rest)} more with ports not open: {name_ranges(rest)}")
         culprit = next(iter(owners))
         n = len(blocking)
         waited = _ago(s.started or now, now)

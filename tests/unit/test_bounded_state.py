@@ -18,3 +18,24 @@ def test_a_process_that_logs_errors_all_day_keeps_only_the_newest():
     assert len(p.last_lines) == 20 and len(state.notes) <= 50
     state.apply(Event("proc.exit", "decode-0", "failed", "exited 1", {"code": 1}, t=20_000.0))
     assert "transfer 19999 failed" in " ".join(diagnose(state, 20_001.0).details)
+
+
+def test_a_128_node_come_up_names_the_first_owners_and_folds_the_rest():
+    """129 processes whose ports are not open yet: the diagnosis describes the first LISTED one by one
+    (each line changes every second: "loading for 12s") and names the others in one line, in ranges."""
+    from atomdeck.core.run.diagnose import LISTED, name_ranges
+
+    procs = [(f"prefill-{i}", "prefill", f"s{i:03d}") for i in range(64)]
+    procs += [(f"decode-{i}", "decode", f"s{64 + i:03d}") for i in range(64)]
+    cells = [{"node": node, "host": f"127.0.1.{i}", "port": 8010, "role": role, "kind": "http", "owner": name}
+             for i, (name, role, node) in enumerate(procs)]
+    state = new_state("r1", procs, cells, [])
+    d = diagnose(state, 100.0)
+    assert len(d.blocking) == 128
+    assert len(d.details) == LISTED + 1
+    assert d.details[0].startswith("s000 :8010 not open — prefill-0 on s000 alive")
+    assert d.details[-1] == (f"… and {128 - LISTED} more with ports not open: prefill-{LISTED}–63, decode-0–63")
+    assert name_ranges(["decode-3", "decode-1", "decode-2", "router", "s005", "s009", "s006"]) == \
+        "decode-1–3, router, s005–006, s009"
+    few = new_state("r2", procs[:3], cells[:3], [])
+    assert len(diagnose(few, 100.0).details) == 3  # a handful are each described, none folded
