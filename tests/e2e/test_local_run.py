@@ -155,19 +155,21 @@ def test_cli_up_wait_status_logs_down():
     up = _atomdeck("up", "demo-1p1d", "--wait")
     assert up.returncode == 0, up.stderr
     run_id = up.stdout.strip()
+    try:
+        st = _atomdeck("status", run_id, "--json")
+        import json
+
+        data = json.loads(st.stdout)
+        assert data["status"] == "serving" and data["readiness"] == "1/1P 1/1D router serving"
+        logs = _atomdeck("logs", run_id, "--process", "router")
+        assert "Router ready" in logs.stdout
+    finally:
+        assert _atomdeck("down", run_id).returncode == 0
+    assert "stopped" in _atomdeck("runs").stdout
     # what the launch did, on stderr before the events: the ports, then the count once it is complete
     launch = [line.split("launch", 1)[1].strip() for line in up.stderr.splitlines() if "] launch " in line]
     assert launch == ["checking that the 12 ports are free on 2 nodes", "0 of 3 processes started",
                       "3 of 3 processes started"], up.stderr
-    st = _atomdeck("status", run_id, "--json")
-    import json
-
-    data = json.loads(st.stdout)
-    assert data["status"] == "serving" and data["readiness"] == "1/1P 1/1D router serving"
-    logs = _atomdeck("logs", run_id, "--process", "router")
-    assert "Router ready" in logs.stdout
-    assert _atomdeck("down", run_id).returncode == 0
-    assert "stopped" in _atomdeck("runs").stdout
 
 
 def test_up_without_wait_then_status_and_runs_say_serving_once_it_serves():

@@ -277,22 +277,26 @@ async def test_the_run_view_counts_the_processes_a_launch_starts(monkeypatch):
         return await real_start(self, spec)
 
     monkeypatch.setattr(LocalLauncher, "start", start)
-    async with app.run_test(size=BIG) as pilot:
-        await ready(pilot)
-        await pilot.press("3", "L", "y")
+    try:
+        async with app.run_test(size=BIG) as pilot:
+            await ready(pilot)
+            await pilot.press("3", "L", "y")
 
-        def said() -> str:
-            return text_of(app.screen.query_one("#run-empty")) if isinstance(app.screen, RunScreen) else ""
+            def said() -> str:
+                return text_of(app.screen.query_one("#run-empty")) if isinstance(app.screen, RunScreen) else ""
 
-        await until(pilot, lambda: "1 of 3 processes started" in said(), what="the first start counted")
-        assert said().startswith("Launching demo-1p1d (1P1D TP8) on local: 3 processes on 2 nodes"), said()
-        assert app.live is None  # still launching: the other two wait for this frame
+            await until(pilot, lambda: "1 of 3 processes started" in said(), what="the first start counted")
+            assert said().startswith("Launching demo-1p1d (1P1D TP8) on local: 3 processes on 2 nodes"), said()
+            assert app.live is None  # still launching: the other two wait for this frame
+            first_shown.set()
+            await until(pilot, lambda: app.live is not None, what="the launch to end")
+            assert app.runs.launch_step == ""
+    finally:
         first_shown.set()
-        await until(pilot, lambda: app.live is not None, what="the launch to end")
-        assert app.runs.launch_step == ""
-        run = app.live.run
-    report = await Run.open(run.id).teardown(grace=2)
-    assert report.clean and gone(run) == []
+        for meta in Run.list():  # whatever this launch started, also when the test failed half-way
+            run = Run.open(meta["id"])
+            report = await run.teardown(grace=2)
+            assert report.clean and gone(run) == []
 
 
 async def test_a_port_in_use_is_shown_as_a_dialog_and_nothing_runs():
