@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-import resource
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
@@ -31,7 +30,7 @@ from .barrier import BarrierProber
 from .diagnose import diagnose
 from .events import Event, RunState, new_state, replay
 from .rundir import RunDir, new_run_id
-from .watchers import Watchers, keep_going
+from .watchers import Watchers, keep_going, raise_open_files_limit
 
 DEFAULT_GRACE = 10.0
 PERSIST = {"proc.started", "proc.stage", "proc.health", "proc.exit", "proc.error", "cell", "pair", "check", "run",
@@ -61,18 +60,6 @@ def _record_facts(run_dir: Path, facts: dict) -> None:
     if (run_dir / "run.json").exists():
         RunDir(run_dir).update_meta(**facts)
 
-
-def raise_open_files_limit(want: int = 65536) -> int:
-    """Lift this process's soft limit on open files toward `want` (never above the hard limit) and
-    return it. A watch holds a kept HTTP connection per endpoint and check, a tail per log and a
-    channel per node: ~4 per process, which at 256 nodes passes the 1,024 that login shells often
-    set as the soft limit, and a watcher out of descriptors reads as ports closed and checks failing."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    target = want if hard == resource.RLIM_INFINITY else min(want, hard)
-    if soft != resource.RLIM_INFINITY and soft < target:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-        soft = target
-    return soft
 
 @dataclass
 class TeardownReport:

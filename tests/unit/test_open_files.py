@@ -8,7 +8,7 @@ import resource
 import subprocess
 import sys
 
-PROBE = ("import resource; from atomdeck.core.run.run import raise_open_files_limit as r; "
+PROBE = ("import resource; from atomdeck.core.run.watchers import raise_open_files_limit as r; "
          "print(r(), resource.getrlimit(resource.RLIMIT_NOFILE)[0])")
 
 

@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import asyncio
+import resource
 import time
 from collections.abc import Callable
 
@@ -34,7 +35,20 @@ from .ports import BarrierWatcher
 from .router import RouterWatcher
 from .timeouts import TimeoutWatcher
 
-__all__ = ["Watchers", "cancel_all", "keep_going"]
+__all__ = ["Watchers", "cancel_all", "keep_going", "raise_open_files_limit"]
+
+
+def raise_open_files_limit(want: int = 65536) -> int:
+    """Lift this process's soft limit on open files toward `want` (never above the hard limit) and
+    return it. A watch holds a kept HTTP connection per endpoint and check, a tail per log and a
+    channel per node: ~4 per process, which at 256 nodes passes the 1,024 that login shells often
+    set as the soft limit, and a watcher out of descriptors reads as ports closed and checks failing."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = want if hard == resource.RLIM_INFINITY else min(want, hard)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        soft = target
+    return soft
 
 
 class Watchers:
