@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 
 from atomdeck.core.launch.local import group_members
+from atomdeck.core.run.events import RunState
 from atomdeck.core.run.run import Run
 
 
@@ -29,3 +30,16 @@ def gone(run: Run) -> list[str]:
     """Problems left after a teardown on the local launcher: live process groups and open ports."""
     left = [f"{h.name}: pids {group_members(h.pid)}" for h in run.handles.values() if h.pid and group_members(h.pid)]
     return left + [f"{where} open" for where in open_ports(run, label="host")]
+
+
+def not_serving(state: RunState) -> str:
+    """Why a run that should serve did not, in words taken before a teardown overwrites them: its status
+    and diagnosis, and each process's stage, exit and last lines."""
+    out = [f"status {state.status}: {state.diagnosis}"]
+    for p in state.procs.values():
+        out.append(f"  {p.name} on {p.node}: {p.stage}" + (f" (exit {p.exit_code} {p.exit_detail})".rstrip()
+                                                          if p.exit_code is not None else ""))
+        out += [f"    error: {e}" for e in p.errors]
+        out += [f"    | {line}" for line in list(p.last_lines)[-3:]]
+    out += [f"  check {c.name}: {c.ok} {c.detail}" for c in state.checks.values()]
+    return "\n".join(out)

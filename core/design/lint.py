@@ -219,7 +219,7 @@ def _ports(plan: Plan, procs: list[ProcessSpec], _c: Catalog | None) -> list[Fin
     out = []
     by_node: dict[str, dict[int, list[str]]] = defaultdict(lambda: defaultdict(list))
     for p in procs:
-        for port, use in _port_uses(plan, p):
+        for port, use, _field in _port_uses(plan, p):
             by_node[p.node][port].append(use)
     for node, ports in by_node.items():
         for port, users in sorted(ports.items()):
@@ -230,18 +230,62 @@ def _ports(plan: Plan, procs: list[ProcessSpec], _c: Catalog | None) -> list[Fin
     return out
 
 
-def _port_uses(plan: Plan, p: ProcessSpec) -> list[tuple[int, str]]:
-    """Each port a process listens on, with what it is for."""
+def _port_uses(plan: Plan, p: ProcessSpec) -> list[tuple[int, str, str]]:
+    """Each port a process listens on: (port, what it is for, the recipe field that sets it)."""
     if p.role == "router":
-        return [(plan.router.port, "the router"), (plan.router.prometheus_port, "the router's prometheus")]
+        return [(plan.router.port, "the router", "ports.router"),
+                (plan.router.prometheus_port, "the router's prometheus", "ports.router_prometheus")]
     ep = plan.endpoint(p.name)
-    uses = [(ep.http_port, f"{p.name} HTTP")]
+    uses = [(ep.http_port, f"{p.name} HTTP", f"ports.{p.role}_http")]
     if ep.handshake_ports:
         block = f"{p.name} handshake block {ep.handshake_ports[0]}-{ep.handshake_ports[-1]}"
-        uses += [(port, block) for port in ep.handshake_ports]
+        uses += [(port, block, "ports.handshake") for port in ep.handshake_ports]
     if ep.engine_port is not None:
-        uses.append((ep.engine_port, f"{p.name} engine port"))
+        uses.append((ep.engine_port, f"{p.name} engine port", "ports.engine"))
     return uses
+
+
+# Every Mooncake transfer engine takes two listening ports (its RPC port and its TCP transport's) at random
+# in this range, on every address of its node; MC_MIN_RPC_PORT / MC_MAX_RPC_PORT in its environment move it.
+MOONCAKE_RPC_PORTS = (15000, 17000)
+
+
+def mooncake_rpc_range(env: dict[str, str]) -> tuple[int, int]:
+    lo, hi = MOONCAKE_RPC_PORTS
+    try:
+        return int(env.get("MC_MIN_RPC_PORT", lo)), int(env.get("MC_MAX_RPC_PORT", hi))
+    except ValueError:
+        return lo, hi
+
+
+@rule("mooncake-port-range")
+def _mooncake_range(plan: Plan, procs: list[ProcessSpec], _c: Catalog | None) -> list[Finding]:
+    """A port some process listens on lies in the range where a Mooncake transfer engine on the same node
+    picks its own ports at random: now and then that worker or the other process fails to bind."""
+    ranges: dict[str, set[tuple[int, int]]] = defaultdict(set)
+    for p in procs:
+        if p.role in ("prefill", "decode"):  # the workers that start a transfer engine (disaggregated)
+            ranges[p.node].add(mooncake_rpc_range(p.env))
+    hits: dict[str, list[tuple[str, int, tuple[int, int]]]] = defaultdict(list)  # field -> (use, port, range)
+    for p in procs:
+        for port, use, key in _port_uses(plan, p):
+            for lo, hi in ranges.get(p.node, ()):
+                if lo <= port <= hi:
+                    hits[key].append((use, port, (lo, hi)))
+                    break
+    out = []
+    for key, found in hits.items():
+        uses = list(dict.fromkeys(use for use, _, _ in found))
+        lo, hi = found[0][2]
+        more = f" and {len(uses) - 1} more" if len(uses) > 1 else ""
+        out.append(Finding(
+            "mooncake-port-range", "warning",
+            f"{uses[0]}{more} {'lie' if more else 'lies'} inside {lo}-{hi}, where every Mooncake transfer engine "
+            f"on the node binds two ports at random: now and then a worker fails at start with 'address already "
+            f"in use'", key,
+            f"use a port outside {lo}-{hi} (ATOM's defaults are below it), or set MC_MIN_RPC_PORT and "
+            f"MC_MAX_RPC_PORT in the workers' env to a range no port of the run uses"))
+    return out
 
 
 @rule("max-num-seqs")

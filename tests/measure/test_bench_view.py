@@ -17,7 +17,7 @@ from atomdeck.tui.screens.bench import BenchScreen
 from atomdeck.tui.widgets.pareto import ParetoChart
 from textual.widgets import DataTable, Input, ProgressBar
 
-from tests.leftovers import alive
+from tests.leftovers import alive, not_serving
 
 from .test_bench_local import PORTS
 
@@ -37,8 +37,9 @@ async def serving(recipe: str) -> Run:
     run = await Run.launch(ws, ws.assess())
     state = await run.watch(until=lambda s: s.status in ("serving", "failed"), timeout=60)
     if state.status != "serving":  # nothing of a failed start may outlive the test
+        why = not_serving(state)  # before the teardown writes its own words over the state
         await run.teardown(grace=2)
-    assert state.status == "serving", state.diagnosis
+        pytest.fail(why)
     return run
 
 

@@ -119,6 +119,23 @@ def test_port_collisions_on_a_node():
            "the router" in msgs
 
 
+def test_ports_inside_mooncakes_random_rpc_range():
+    """The real transfer engine binds two ports at random in 15000-17000 on every address of its node (seen in
+    CI: a prefill's listener on 16407 refused, 'address already in use')."""
+    found = check("mooncake-port-range", "prefill: {workers: 2}\nports: {handshake: 16401, router: 15500}\n")
+    assert {(f.key, f.severity) for f in found} == {("ports.handshake", "warning"), ("ports.router", "warning")}
+    hs = next(f for f in found if f.key == "ports.handshake")
+    assert hs.message.startswith("prefill-0 handshake block 16401-16408 and 1 more lie inside 15000-17000")
+    assert "MC_MIN_RPC_PORT" in hs.fix
+    # the defaults stay clear of it; so do ports moved out of a range the workers' env moved
+    assert "mooncake-port-range" not in rules_of(lab_assess())
+    moved = lab_assess("ports: {handshake: 16401}\nenv: {MC_MIN_RPC_PORT: 20000, MC_MAX_RPC_PORT: 20100}\n")
+    assert "mooncake-port-range" not in rules_of(moved)
+    (f,) = only(lab_assess("ports: {handshake: 20050}\nenv: {MC_MIN_RPC_PORT: 20000, MC_MAX_RPC_PORT: 20100}\n"),
+                "mooncake-port-range")
+    assert "inside 20000-20100" in f.message
+
+
 def test_excluded_and_unhealthy_nodes():
     (f,) = check("node-excluded", nodes=["mia1-p01-g37", G + "1"])
     assert f.node == "mia1-p01-g37"
