@@ -60,8 +60,8 @@ WORKER_PATTERNS: list[tuple[re.Pattern, str, str]] = [
     (re.compile(r"Staging pool exhausted"), "error", "staging-pool"),
     # atom/model_engine/async_proc.py pin :428, head :464: "...: [ModelRunner0/8] proc died unexpectedly (exitcode=..)"
     (re.compile(r"proc died unexpectedly"), "error", "engine-died"),
-    # Python's own
-    (re.compile(r"^Traceback \(most recent call last\)|^\w*(Error|Exception): "), "error", "exception"),
+    # Python's own; the exception's line may name its module (zmq.error.ZMQError: ..., torch.OutOfMemoryError: ...)
+    (re.compile(r"^Traceback \(most recent call last\)|^[\w.]*(Error|Exception): "), "error", "exception"),
     # torch / HIP runtime messages
     (re.compile(r"out of memory|HIP error|hipErrorOutOfMemory", re.IGNORECASE), "error", "gpu"),
 ]

@@ -42,12 +42,27 @@ def _last(p: ProcState) -> str:
     return "(no output yet)"
 
 
+# What a known last line means, said after it: the line names the symptom, not where to look.
+_MEANS = ((re.compile(r"address already in use", re.IGNORECASE),
+           "a port it binds was taken on its node: by another process, or at random by a Mooncake transfer "
+           "engine when the port lies in 15000-17000 or in the MC_MIN_RPC_PORT-MC_MAX_RPC_PORT range of the "
+           "workers' env (lint: mooncake-port-range)"),)
+
+
+def _meaning(last: str) -> str:
+    for rx, means in _MEANS:
+        if rx.search(last):
+            return f" ({means})"
+    return ""
+
+
 def describe_proc(p: ProcState, now: float) -> str:
     if p.stage in HEALTH_STAGES and p.alive is not False:
         return f"{p.name} on {p.node} {p.stage} for {_ago(p.since or now, now)}: {p.health_detail}; last: {_last(p)}"
     if p.alive is False or p.stage in TERMINAL:
         how = p.exit_detail or (f"exit {p.exit_code}" if p.exit_code is not None else "gone")
-        return f"{p.name} on {p.node} {how}; last: {_last(p)}"
+        last = _last(p)
+        return f"{p.name} on {p.node} {how}; last: {last}{_meaning(last)}"
     quiet = now - p.last_line_at if p.last_line_at else None
     stall = f", silent for {_ago(p.last_line_at, now)}" if quiet and quiet > STALL_AFTER_S else ""
     return (f"{p.name} on {p.node} alive, {p.stage.replace('_', ' ')} for {_ago(p.since or now, now)}{stall}; "

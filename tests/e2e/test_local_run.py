@@ -86,6 +86,23 @@ def test_crash_while_loading_is_reported_at_its_exit_with_exit_code_and_last_lin
     assert any("cudagraph" in line or "Error" in line for line in d.last_lines), list(d.last_lines)
 
 
+def test_a_listener_port_taken_by_a_mooncake_engine_is_named_with_what_can_take_it(runs):
+    """Seen in CI: a prefill's handshake block inside 15000-17000 met a Mooncake engine's random port, and the
+    prefill exited. Made certain here with the real transfer engine: the prefill's own engine is given two
+    ports of its handshake block (6301-6308) to choose from. The plan warns first; the exit names the line."""
+    ws = workspace(prefill__env={"MC_MIN_RPC_PORT": 6305, "MC_MAX_RPC_PORT": 6306})
+    a = ws.assess()
+    assert [(f.key, f.severity) for f in a.findings if f.rule == "mooncake-port-range"] == [
+        ("ports.handshake", "warning")]
+    run, state = launch_and_watch(ws, runs)
+    assert state.status == "failed", state.diagnosis
+    p = state.procs["prefill-0"]
+    assert p.alive is False and p.exit_code == 1
+    assert p.errors[-1].startswith("zmq.error.ZMQError: ") and "address already in use" in p.errors[-1]
+    assert "prefill-0 on demo-n01 exited 1; last: zmq.error.ZMQError: " in state.diagnosis
+    assert "by a Mooncake transfer engine when the port lies in 15000-17000" in state.diagnosis
+
+
 def test_decode_that_never_binds_names_the_missing_cell(runs):
     ws = workspace(decode__env={"ATOMSIM_NEVER_BIND": "1"}, health__worker_timeout_s=4)
     run, state = launch_and_watch(ws, runs)

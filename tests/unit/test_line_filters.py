@@ -88,3 +88,12 @@ def test_redaction_answers_as_the_patterns_alone():
     assert redact_line("HF_TOKEN=hf_abcdefghijklmnopqrstuvwxyz123456") == f"HF_TOKEN={MASK}"
     assert redact_line("\u017fecret=visible") == f"\u017fecret={MASK}"  # non-ASCII: the regex decides
     assert redact_line(TRICKY[0]) == TRICKY[0]
+
+
+def test_an_exception_named_with_its_module_is_an_error_line():
+    """The line after a traceback names the exception, often with its module: the diagnosis's "last:" shows it
+    (before, only bare names matched and a pyzmq bind failure read "last: Traceback (most recent call last):")."""
+    for line in ("zmq.error.ZMQError: Address already in use (addr='tcp://*:6301')",
+                 "torch.OutOfMemoryError: HIP out of memory", "OSError: [Errno 98] Address already in use"):
+        assert classify(line, "prefill") == LineMatch("error", "exception", line), line
+    assert classify("see zmq.error.ZMQError: x", "prefill") is None  # only at the start of a line
