@@ -106,6 +106,22 @@ def _step(term: Term, names: list[str]) -> tuple[str, str] | None:
     return ("Down", f"· {names[i + 1]} on ") if i + 1 < len(names) else ("Up", f"· {names[i - 1]} on ")
 
 
+def idle_cpu(term: Term, procs: ConsoleProcs, seconds: float, rss: list) -> tuple[float, float, float]:
+    """The console's and its watcher's CPU (% of a core) over `seconds` of nobody typing, after 3 s of
+    quiet, and the seconds measured. The control client is read every second meanwhile: one left unread
+    makes tmux stop reading the pane, and the console's writes then block (a 16-node run's console sat
+    12 s in Textual's writer queue during the earlier unread `sleep`: its CPU read low)."""
+    time.sleep(3)
+    term.forget()
+    mark = procs.cpu_s()
+    t_end = time.monotonic() + seconds
+    while time.monotonic() < t_end:
+        rss.append(procs.rss_mb())
+        term.forget()
+        time.sleep(1)
+    return procs.cpu_pct_since(mark)
+
+
 LAUNCHING = "Launching scale-"  # the run view while core starts the processes (before it shows their table)
 
 
@@ -227,14 +243,7 @@ def _measure(term: Term, n: int, out: dict, rss: list[tuple[float, float]], serv
     out["sim_rss_per_worker_mb"] = round(statistics.median(
         tree_rss_mb(h.pid) for name, h in run.handles.items() if h.pid and name != "router"), 1)
     # serving, nobody typing: the console's and its watcher's own CPU
-    time.sleep(3)
-    mark = procs.cpu_s()
-    t_end = time.monotonic() + idle_s
-    while time.monotonic() < t_end:
-        rss.append(procs.rss_mb())
-        term.forget()
-        time.sleep(1)
-    console_cpu, watcher_cpu, el = procs.cpu_pct_since(mark)
+    console_cpu, watcher_cpu, el = idle_cpu(term, procs, idle_s, rss)
     out["idle_serving_s"] = round(el, 1)
     out["console_cpu_pct"] = round(console_cpu, 1)
     out["watcher_cpu_pct"] = round(watcher_cpu, 1)
@@ -242,10 +251,7 @@ def _measure(term: Term, n: int, out: dict, rss: list[tuple[float, float]], serv
     print(json.dumps(out), file=sys.stderr, flush=True)
     # the same with the engines apart: the simulators at nice 19, the console and its watcher as they were
     out["apart_groups_reniced"] = renice_run(run_id, 19)
-    time.sleep(3)
-    mark = procs.cpu_s()
-    time.sleep(idle_s)
-    console_cpu, watcher_cpu, el = procs.cpu_pct_since(mark)
+    console_cpu, watcher_cpu, el = idle_cpu(term, procs, idle_s, rss)
     out["apart_console_cpu_pct"] = round(console_cpu, 1)
     out["apart_watcher_cpu_pct"] = round(watcher_cpu, 1)
     out["key_serving_apart"] = key_presses(term, names, gap, rss, procs, presses=serving_presses)
