@@ -44,9 +44,13 @@ def _last(p: ProcState) -> str:
 
 # What a known last line means, said after it: the line names the symptom, not where to look.
 _MEANS = ((re.compile(r"address already in use", re.IGNORECASE),
-           "a port it binds was taken on its node: by another process, or at random by a Mooncake transfer "
-           "engine when the port lies in 15000-17000 or in the MC_MIN_RPC_PORT-MC_MAX_RPC_PORT range of the "
-           "workers' env (lint: mooncake-port-range)"),)
+           "a port it binds was taken on its node: by another process, or by a Mooncake engine's random port "
+           "in 15000-17000 / MC_MIN_RPC_PORT-MC_MAX_RPC_PORT; lint: mooncake-port-range"),
+          (re.compile(r"out of memory|hipErrorOutOfMemory", re.IGNORECASE),
+           "GPU memory ran out: a leftover process may hold it, see rocm-smi --showpids on the node; else more "
+           "GPUs or a lower --gpu-memory-utilization"),
+          (re.compile(r"Can't load tokenizer for "),
+           "the model path is not a model directory on the node, or not mounted in its container"))
 
 
 def _meaning(last: str) -> str:
