@@ -7,6 +7,7 @@ import re
 import time
 from dataclasses import dataclass, field
 
+from ..design.lint import MOONCAKE_RPC_PORTS
 from .events import HEALTH_STAGES, LIVE, TERMINAL, CellState, ProcState, RunState
 
 STALL_AFTER_S = 60.0  # no new log line for this long while not up: call it stalled
@@ -45,7 +46,8 @@ def _last(p: ProcState) -> str:
 # What a known last line means, said after it: the line names the symptom, not where to look.
 _MEANS = ((re.compile(r"address already in use", re.IGNORECASE),
            "a port it binds was taken on its node: by another process, or by a Mooncake engine's random port "
-           "in 15000-17000 / MC_MIN_RPC_PORT-MC_MAX_RPC_PORT; lint: mooncake-port-range"),
+           f"in {MOONCAKE_RPC_PORTS[0]}-{MOONCAKE_RPC_PORTS[1]} / MC_MIN_RPC_PORT-MC_MAX_RPC_PORT; "
+           "lint: mooncake-port-range"),
           (re.compile(r"out of memory|hipErrorOutOfMemory", re.IGNORECASE),
            "GPU memory ran out: a leftover process may hold it, see rocm-smi --showpids on the node; else more "
            "GPUs or a lower --gpu-memory-utilization"),
