@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import socket
+import time
 
 from atomdeck.core.launch.local import group_members
+from atomdeck.core.run.diagnose import describe_proc
 from atomdeck.core.run.events import RunState
 from atomdeck.core.run.run import Run
 
@@ -37,8 +39,7 @@ def not_serving(state: RunState) -> str:
     and diagnosis, and each process's stage, exit and last lines."""
     out = [f"status {state.status}: {state.diagnosis}"]
     for p in state.procs.values():
-        out.append(f"  {p.name} on {p.node}: {p.stage}" + (f" (exit {p.exit_code} {p.exit_detail})".rstrip()
-                                                          if p.exit_code is not None else ""))
+        out.append(f"  {describe_proc(p, time.time())}")
         out += [f"    error: {e}" for e in p.errors]
         out += [f"    | {line}" for line in list(p.last_lines)[-3:]]
     out += [f"  check {c.name}: {c.ok} {c.detail}" for c in state.checks.values()]

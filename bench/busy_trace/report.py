@@ -8,14 +8,12 @@ from __future__ import annotations
 import json
 import sys
 
-MIN = 60
-
 
 def main(path: str, min_ms: float = 0) -> None:
     try:
         busy = json.load(open(path))
     except FileNotFoundError:
-        raise SystemExit(f"{path}: no such file: the console wrote no busy stretch of {MIN} ms or more, or did not "
+        raise SystemExit(f"{path}: no such file: the console wrote no busy stretch long enough to keep, or did not "
                          "load the sampler (PYTHONPATH must be an absolute path: the console runs elsewhere)") from None
     if not busy:
         print("no busy stretch")

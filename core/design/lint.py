@@ -266,17 +266,16 @@ def _mooncake_range(plan: Plan, procs: list[ProcessSpec], _c: Catalog | None) ->
     for p in procs:
         if p.role in ("prefill", "decode"):  # the workers that start a transfer engine (disaggregated)
             ranges[p.node].add(mooncake_rpc_range(p.env))
-    hits: dict[str, list[tuple[str, int, tuple[int, int]]]] = defaultdict(list)  # field -> (use, port, range)
+    hits: dict[str, dict[str, tuple[int, int]]] = defaultdict(dict)  # recipe field -> {use: the range it is in}
     for p in procs:
         for port, use, key in _port_uses(plan, p):
-            for lo, hi in ranges.get(p.node, ()):
-                if lo <= port <= hi:
-                    hits[key].append((use, port, (lo, hi)))
-                    break
+            inside = next(((lo, hi) for lo, hi in ranges.get(p.node, ()) if lo <= port <= hi), None)
+            if inside is not None:
+                hits[key].setdefault(use, inside)
     out = []
     for key, found in hits.items():
-        uses = list(dict.fromkeys(use for use, _, _ in found))
-        lo, hi = found[0][2]
+        uses = list(found)
+        lo, hi = found[uses[0]]
         more = f" and {len(uses) - 1} more" if len(uses) > 1 else ""
         out.append(Finding(
             "mooncake-port-range", "warning",
