@@ -45,7 +45,8 @@ def test_reaches_serving_then_down_leaves_nothing(recipe, shape, runs):
     assert state.readiness() == shape
     assert state.checks["smoke"].ok and state.checks["smoke"].data["tokens"] == 8
     assert state.checks["models"].ok
-    assert all(c.state == "open" for c in state.cells.values())
+    assert all(c.state == "open" for c in state.cells.values()), \
+        [(c.key, c.kind, c.owner, c.state) for c in state.cells.values() if c.state != "open"]
     assert any(p.stage == "transferred" for p in state.pairs.values())
     for p in state.procs.values():
         assert p.stages.keys() >= {"launching", "serving"}, (p.name, p.stages)

@@ -109,6 +109,29 @@ def test_a_hint_probes_at_once(hourly):
     assert results == ["refused", "open"] and connects == 2
 
 
+def test_probe_now_probes_a_cell_in_its_back_off_at_once_then_leaves_it_to_its_cadence(hourly):
+    """Before "serving" is said the router watcher asks for one probe of every cell not yet seen open
+    (the router's answers imply its port is up): one probe now, no hint, no fast cadence after it."""
+    sock = bound_port()
+    cell = CellState("n1", "127.0.0.1", sock.getsockname()[1], "prefill", "handshake", "prefill-0")
+
+    async def main():
+        prober, task, results, until = await run_prober(cell, set())
+        await until(1)  # refused: the next probe in an hour
+        sock.listen()
+        prober.probe_now([cell])
+        await until(2)
+        await asyncio.sleep(0.2)  # nothing more comes: the cell is open and the cadence is an hour
+        task.cancel()
+        return results, prober.connects["n1"]
+
+    try:
+        results, connects = asyncio.run(main())
+    finally:
+        sock.close()
+    assert results == ["refused", "open"] and connects == 2
+
+
 def test_a_hint_during_a_probe_is_not_lost(hourly):
     sock = bound_port()
     cell = CellState("n1", "127.0.0.1", sock.getsockname()[1], "decode", "http", "decode-0")

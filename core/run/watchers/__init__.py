@@ -117,6 +117,7 @@ class Watchers:
                     pass
                 checkpoint()  # a cancel that raced the wake-up (Python 3.11) still stops the watch
         finally:
+            self.barrier.watching = False
             await cancel_all(tasks + list(self.barrier.background) + list(self.binding.tasks))
             run.save_offsets()
         return run.state

@@ -24,6 +24,7 @@ class BarrierWatcher:
         self.prober: BarrierProber | None = None
         self.hints: set[str] = set()  # processes whose log said their port opens any moment
         self.background: set[asyncio.Task] = set()
+        self.watching = False  # a watch's prober is running (not `atomdeck status`'s one pass)
 
     def make_prober(self) -> BarrierProber:
         # local and ssh launchers read the node's /proc/net/tcp; Slurm has no per-node channel to read
@@ -31,7 +32,20 @@ class BarrierWatcher:
         table_for = getattr(self.run.launcher, "listen_table", None)
         self.prober = BarrierProber(list(self.run.state.cells.values()), self.run.launcher.probe_runner,
                                     self.expected_soon, self.owner_alive, self.on_cell, table_for=table_for)
+        self.watching = True
         return self.prober
+
+    def unconfirmed(self) -> list[CellState]:
+        """Cells of live processes that the running prober has not seen open (none without a prober)."""
+        if not self.watching:
+            return []
+        return [c for c in self.run.state.cells.values() if c.state != "open" and self.owner_alive(c) is not False]
+
+    def look_again(self) -> None:
+        """Before "serving" is said: the router's answers imply every port is up, so each cell not yet seen
+        open is probed at once instead of at its back-off's next turn."""
+        if self.prober is not None:
+            self.prober.probe_now(self.unconfirmed())
 
     def wake(self, node: str | None) -> None:
         if self.prober:

@@ -85,10 +85,13 @@ class RouterWatcher:
                 tokens = (data.get("usage") or {}).get("completion_tokens")
                 run.emit(Event("check", "smoke", "ok", f"{tokens or '?'} tokens in {dt:.2f}s: {text.strip()[:80]!r}",
                                data={"tokens": tokens, "seconds": round(dt, 3), "text": text[:200]}))
-                # the transfer's log lines may still be on their way: give the tails a moment, so the
-                # handshake panel shows the first transfer when "serving" is declared
+                # the transfer's log lines may still be on their way, and a port may wait for its next
+                # probe: give the tails and the barrier a moment, so the handshake panel shows the first
+                # transfer and the grid every port open when "serving" is declared
+                self.group.barrier.look_again()
                 for _ in range(20):
-                    if not run.state.pairs or any(pr.stage == "transferred" for pr in run.state.pairs.values()):
+                    if (not run.state.pairs or any(pr.stage == "transferred" for pr in run.state.pairs.values())) \
+                            and not self.group.barrier.unconfirmed():
                         break
                     await asyncio.sleep(0.05)
                 if run.stopping or run.torn_down_elsewhere():
