@@ -9,6 +9,7 @@ the driver with the next process's last lines (as `filter` does).
 
     ATOMDECK_BENCH_SECONDS=20 .venv/bin/python bench/console_scale_keys.py [serving|idle|coming-up|version]
     .venv/bin/python bench/console_scale_keys.py filter [nodes]
+    .venv/bin/python bench/console_scale_keys.py teardown
 
 `coming-up` sends no metrics but moves the 4,096 handshake pairs from waiting to transferred, 40 pair events
 every 50 ms (~800 a second, what a 64P64D handshake sends while it comes up), besides the health events and
@@ -249,6 +250,77 @@ async def main(mode: str, seconds: float) -> None:
 
 
 
+async def teardown_dialog() -> None:
+    """The teardown dialog over the 128-node run while core stops it, fed what a teardown sends, on the clock
+    of one (bench/teardown.py: 3.2 s at 128 nodes): 129 'stopping' events at once, then for 2.5 s the
+    processes' last lines (16 a step), the 642 barrier cells closing (13 a step) and 129 'gone' events (about 3
+    a step), in 50 ms steps. Prints how often the dialog drew its table, the main thread's CPU in those draws
+    and in all, and the loop's stalls (what a key pressed then waits)."""
+    from atomdeck.core.run.events import Event
+    from atomdeck.tui.screens.teardown import TeardownScreen
+
+    from tests.tui.conftest import make_app
+    from tests.tui.fakescale import fake_scale_run
+
+    app = make_app()
+    async with app.run_test(size=(160, 50)) as pilot:
+        await app.workers.wait_for_complete()
+        run = fake_scale_run()
+        app.runs.attach(run, watch=False)
+        app.switch_mode("run")
+        await pilot.pause()
+        await pilot.pause()
+        live = app.live
+        live.begin_teardown()
+        screen = TeardownScreen(live)
+        app.push_screen(screen)
+        await pilot.pause()
+        await pilot.pause()
+        body = screen.query_one("#teardown-body")
+        draws: list[float] = []  # main-thread CPU of each run_updated that drew the table (Textual lays it out later)
+        real_update, real_run_updated = body.update, screen.run_updated
+        drew = [False]
+
+        def update(content=""):
+            drew[0] = True
+            return real_update(content)
+
+        def run_updated() -> None:
+            drew[0] = False
+            c = time.thread_time()
+            real_run_updated()
+            if drew[0]:
+                draws.append(time.thread_time() - c)
+
+        body.update, screen.run_updated = update, run_updated
+        procs = list(run.state.procs.values())
+        cells = list(run.state.cells)
+        lines = ["INFO:     Shutting down", "INFO:     Waiting for application shutdown.",
+                 "INFO:     Application shutdown complete.", "INFO:     Finished server process"]
+        stalls = Stalls()
+        c0, w0 = time.process_time(), time.monotonic()
+        for p in procs:
+            run.emit(Event("teardown", p.name, "stopping", f"on {p.node}"))
+        steps = 50  # 2.5 s
+        for i in range(steps):
+            for k in range(16):
+                p = procs[(16 * i + k) % len(procs)]
+                for f in list(run.line_listeners):
+                    f(p.name, lines[(16 * i + k) // len(procs) % len(lines)])
+            for key in cells[i * len(cells) // steps:(i + 1) * len(cells) // steps]:
+                c = run.state.cells[key]
+                run.emit(Event("cell", key, "refused", data={"node": c.node, "port": c.port}))
+            for p in procs[i * len(procs) // steps:(i + 1) * len(procs) // steps]:
+                run.emit(Event("teardown", p.name, "gone", "SIGTERM, gone in 0.4s"))
+            await asyncio.sleep(0.05)
+        await pilot.pause(0.3)
+        cpu_s, wall = time.process_time() - c0, time.monotonic() - w0
+        print(f"teardown: {stalls.report()}")
+        print(f"teardown dialog: {len(draws)} draws of its table in {wall:.1f} s, CPU in run_updated {sum(draws) * 1000:.0f} ms "
+              f"(max {max(draws, default=0) * 1000:.0f} ms); console CPU {cpu_s * 1000:.0f} ms "
+              f"({cpu_s / wall * 100:.0f}% of a core)")
+
+
 async def node_filter(n: int, typed: str = "10.7.1") -> None:
 
     from tests.tui.conftest import make_app
@@ -304,6 +376,8 @@ async def node_filter(n: int, typed: str = "10.7.1") -> None:
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "filter":
         asyncio.run(node_filter(int(sys.argv[2]) if len(sys.argv) > 2 else 2000))
+    elif len(sys.argv) > 1 and sys.argv[1] == "teardown":
+        asyncio.run(teardown_dialog())
     else:
         asyncio.run(main(sys.argv[1] if len(sys.argv) > 1 else "serving",
                          float(os.environ.get("ATOMDECK_BENCH_SECONDS", 20))))

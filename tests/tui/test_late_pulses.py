@@ -79,6 +79,33 @@ async def test_the_teardown_dialog_draws_when_it_loads_and_not_for_a_pulse_befor
                     what="the teardown dialog's title")
 
 
+async def test_the_teardown_dialog_draws_again_only_when_what_it_shows_changes():
+    """Every log line brings a pulse (processes say their last words while they stop): the dialog's table
+    (130 rows at 128 nodes, ~40 ms to lay out) is drawn again for a teardown event, not for a line."""
+    app = make_app()
+    async with app.run_test(size=BIG) as pilot:
+        run, _ = await run_view(pilot)
+        live = app.live
+        live.teardown_running = True
+        app.push_screen(TeardownScreen(live))
+        screen = app.screen
+        await until(pilot, lambda: screen.is_mounted and "waiting" in text_of(screen.query_one("#teardown-body")),
+                    what="the teardown dialog's rows")
+        body = screen.query_one("#teardown-body")
+        draws = []
+        real = body.update
+        body.update = lambda content="": (draws.append(content), real(content))
+        feed(run, "decode-0", ["INFO:     Shutting down"])
+        app.runs.redraw()
+        assert draws == []  # a line: nothing the dialog shows changed
+        live.teardown_events["decode-0"] = ("gone", "SIGTERM, gone in 0.1s")
+        live.version += 1
+        app.runs.redraw()
+        assert len(draws) == 1 and "gone in 0.1s" in text_of(body)
+        app.runs.redraw()
+        assert len(draws) == 1
+
+
 class PulseWhileQuitting:
     """A message hook (it sees every message a widget handles) that drives one pulse as soon as the app
     shuts down and `screen` has lost `part` while it is still on the screen stack: what a pulse queued

@@ -82,3 +82,40 @@ async def test_the_last_process_and_the_last_node_can_be_reached():
         assert grid.current == "s125"
         # the nodes panel stays one line: 128 lines would push the diagnosis off the screen
         assert text_of(screen.query_one("#nodes")) == "128 nodes · local, nothing to watch"
+
+
+async def test_the_teardown_dialog_of_128_nodes_wraps_a_long_progress_under_its_column():
+    """The dialog's rows are lines of text (a Rich table of 130 rows cost ~100 ms a draw): a long detail
+    wraps under PROGRESS, every word of it kept, and the rows stay in their columns at 100x30."""
+    from atomdeck.tui.screens.teardown import TeardownScreen
+
+    from .runhelpers import until
+
+    app = make_app()
+    async with app.run_test(size=SMALL) as pilot:
+        await _attached(pilot)
+        live = app.live
+        live.begin_teardown()
+        why = "still running after SIGKILL: pid 50007 in state D (uninterruptible sleep) on its node; see dmesg"
+        live.teardown_events.update({"prefill-7": ("left", why), "prefill-8": ("gone", "SIGTERM, gone in 0.4s")})
+        app.push_screen(TeardownScreen(live))
+        screen = app.screen
+        await until(pilot, lambda: screen.is_mounted and screen.query_one("#teardown-body").content_region.width
+                    and "gone in 0.4s" in text_of(screen.query_one("#teardown-body")), what="the dialog's rows")
+        await pilot.pause(0.1)  # the draw again once the body has its width
+        body = screen.query_one("#teardown-body")
+        lines = text_of(body).splitlines()
+        width = body.content_region.width
+        column = lines[0].index("PROGRESS")
+        assert lines[0].startswith("NODE") and lines[0].index("PROCESS") < column
+        at = next(i for i, line in enumerate(lines) if "prefill-7" in line)
+        assert lines[at].index("× left") == column
+        wrapped = [lines[at]]
+        for line in lines[at + 1:]:
+            if line[:column].strip():
+                break
+            wrapped.append(line)
+        assert len(wrapped) > 1 and all(len(line.rstrip()) <= width for line in wrapped)
+        assert all(line[column] != " " for line in wrapped)  # each continuation starts under PROGRESS
+        assert " ".join(line[column:].strip() for line in wrapped) == f"× left · {why}"
+        assert sum(1 for line in lines if "… waiting" in line) == 127

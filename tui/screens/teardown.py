@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from rich.cells import cell_len
+from rich.console import Console
 from rich.style import Style
-from rich.table import Table
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
@@ -46,6 +47,33 @@ def plan_text(live: LiveRun) -> Text:
     return out
 
 
+def progress_rows(rows: list[tuple[str, str, Text]], width: int, console: Console) -> Text:
+    """The dialog's NODE / PROCESS / PROGRESS rows as lines of text: the first two columns padded to their
+    widest, a PROGRESS longer than the room left wrapped under itself (`width`: the body's; 0 before it is
+    laid out, then the Static wraps it). A Rich Table of the same rows was laid out twice per draw by Textual,
+    every cell measured: ~100 ms a draw at 128 nodes (bench/console_scale_keys.py teardown)."""
+    w_node = max((cell_len(r[0]) for r in rows), default=0)
+    w_name = max((cell_len(r[1]) for r in rows), default=0)
+    w_node, w_name = max(w_node, len("NODE")) + 2, max(w_name, len("PROCESS")) + 2
+    room = width - w_node - w_name
+    out = Text(no_wrap=room >= 16)
+    out.append(f"{'NODE':<{w_node}}{'PROCESS':<{w_name}}PROGRESS", style="bold")
+    for node, name, cell in rows:
+        out.append("\n")
+        # (the padding inside each column's span, as a table pads its cells: a span that starts with spaces
+        # loses them in some SVG renderers of the screenshots)
+        out.append(node + " " * (w_node - cell_len(node)), style="bold")
+        out.append(name + " " * (w_name - cell_len(name)))
+        if room >= 16 and cell.cell_len > room:
+            for i, part in enumerate(cell.wrap(console, room)):
+                if i:
+                    out.append("\n" + " " * (w_node + w_name))
+                out.append_text(part)
+        else:
+            out.append_text(cell)
+    return out
+
+
 class TeardownScreen(ModalScreen[None]):
     """Progress of a teardown the App started (its worker owns the work; this only draws)."""
 
@@ -60,6 +88,7 @@ class TeardownScreen(ModalScreen[None]):
     def __init__(self, live: LiveRun) -> None:
         super().__init__(classes="dialog")
         self.live = live
+        self._drawn: tuple | None = None  # what the dialog last drew from (see run_updated)
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog-box", id="teardown-box"):
@@ -76,18 +105,21 @@ class TeardownScreen(ModalScreen[None]):
 
     def run_updated(self) -> None:
         live = self.live
+        done = not live.teardown_running
         ok, err, warn = (self.get_component_rich_style(f"teardown--{v}", partial=True)
                          for v in ("ok", "error", "warning"))
-        done = not live.teardown_running
+        # a pulse comes for every log line too (the processes' last words while they stop): at 128 nodes the
+        # 130-row table costs ~40 ms to lay out, so it is drawn again only when what it shows changed
+        drawn = (done, tuple(live.teardown_events.items()), live.teardown_error, id(live.report), ok, err, warn)
+        if drawn == self._drawn:
+            return
+        self._drawn = drawn
         title = f"Tearing down {live.id}" if not done else f"Teardown of {live.id}"
         self.query_one("#teardown-title", Static).update(Text(title))
-        table = Table(box=None, padding=(0, 2, 0, 0), show_edge=False, expand=False)
-        for col in ("NODE", "PROCESS", "PROGRESS"):
-            table.add_column(col, style="bold" if col == "NODE" else "", no_wrap=col != "PROGRESS")
+        rows: list[tuple[str, str, Text]] = []
         progress = live.teardown_events
-        order = [n.name for n in live.run.plan.nodes]
-        procs = sorted(live.run.processes.items(), key=lambda kv: order.index(kv[1].node)
-                       if kv[1].node in order else len(order))
+        order = {n.name: i for i, n in enumerate(live.run.plan.nodes)}
+        procs = sorted(live.run.processes.items(), key=lambda kv: order.get(kv[1].node, len(order)))
         for name, p in procs:
             value, detail = progress.get(name, ("", ""))
             if not value:
@@ -98,17 +130,29 @@ class TeardownScreen(ModalScreen[None]):
                 cell = Text(f"✓ gone · {detail}", style=ok)
             else:
                 cell = Text(f"× {value} · {detail}", style=err)
-            table.add_row(p.node, name, cell)
+            rows.append((p.node, name, cell))
         for key, (value, detail) in progress.items():
             if key in live.run.processes:
                 continue
             if key == "allocation":
-                table.add_row("", "allocation", Text(f"✓ {value} {detail}", style=ok))
+                rows.append(("", "allocation", Text(f"✓ {value} {detail}", style=ok)))
             elif value == "open":
                 node, _, port = key.rpartition(":")
-                table.add_row(node, f"port {port}", Text(f"× {detail}", style=err))
-        self.query_one("#teardown-body", Static).update(table)
+                rows.append((node, f"port {port}", Text(f"× {detail}", style=err)))
+        body = self.query_one("#teardown-body", Static)
+        width = body.content_region.width
+        body.update(progress_rows(rows, width, self.app.console))
+        if not width:  # not laid out yet (the first draw): again once it is, to wrap a long PROGRESS under itself
+            self.call_after_refresh(self._again)
         self.query_one("#teardown-result", Static).update(self._result(done, ok, err))
+
+    def _again(self) -> None:
+        if self.is_mounted and self.query_one("#teardown-body", Static).content_region.width:
+            self._drawn = None
+            self.run_updated()
+
+    def on_resize(self) -> None:
+        self.call_after_refresh(self._again)  # the rows' wrapping follows the width
 
     def _result(self, done: bool, ok: Style, err: Style) -> Text:
         live = self.live
