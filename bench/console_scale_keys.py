@@ -260,16 +260,11 @@ async def teardown_dialog() -> None:
     from atomdeck.tui.screens.teardown import TeardownScreen
 
     from tests.tui.conftest import make_app
-    from tests.tui.fakescale import fake_scale_run
+    from tests.tui.runhelpers import attached_scale
 
     app = make_app()
     async with app.run_test(size=(160, 50)) as pilot:
-        await app.workers.wait_for_complete()
-        run = fake_scale_run()
-        app.runs.attach(run, watch=False)
-        app.switch_mode("run")
-        await pilot.pause()
-        await pilot.pause()
+        run, _ = await attached_scale(pilot)
         live = app.live
         live.begin_teardown()
         screen = TeardownScreen(live)

@@ -106,6 +106,30 @@ async def test_the_teardown_dialog_draws_again_only_when_what_it_shows_changes()
         assert len(draws) == 1
 
 
+async def test_the_run_view_under_a_dialog_is_drawn_at_most_once_a_second_and_whole_when_it_goes():
+    """Under the teardown dialog (dimmed, at 128 nodes its redraws at every pulse were half the console's CPU
+    in a teardown) a pulse draws the run view at most once every UNDER_DIALOG_S; the dialog gone, it shows
+    the latest state at once."""
+    from atomdeck.core.run.events import Event
+
+    app = make_app()
+    async with app.run_test(size=BIG) as pilot:
+        run, screen = await run_view(pilot)
+        live = app.live
+        live.begin_teardown()
+        app.push_screen(TeardownScreen(live))
+        await until(pilot, lambda: isinstance(app.screen, TeardownScreen) and app.screen.is_mounted,
+                    what="the teardown dialog")
+        gen = screen.redraw_gen
+        for name in ("prefill-0", "decode-0", "router"):  # state changes, a pulse each, within a second
+            run.emit(Event("teardown", name, "stopping", "on its node"))
+            screen.next_redraw_at = 0.0  # (not held back by the last redraw's cost: only the dialog holds it)
+            app.runs.redraw()
+        assert screen.redraw_gen - gen <= 1 and screen.drawn_version != live.version
+        app.pop_screen()
+        await until(pilot, lambda: screen.drawn_version == live.version, what="the run view drawn as of now")
+
+
 class PulseWhileQuitting:
     """A message hook (it sees every message a widget handles) that drives one pulse as soon as the app
     shuts down and `screen` has lost `part` while it is still on the screen stack: what a pulse queued

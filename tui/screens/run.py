@@ -47,6 +47,7 @@ WIDE = 140  # at this width and more the router/handshake/nodes panels sit besid
 TAIL_LINES = 20
 TAIL_EVERY_S = 0.25
 REDRAW_SHARE = 0.25  # at most this share of the event loop goes to redrawing after state changes
+UNDER_DIALOG_S = 1.0  # a pulse redraws the run view under a dialog at most this often
 ALL_PARTS = frozenset(("procs", "cells", "pairs", "checks", "conns", "metrics", "run"))
 # The clock's redraw goes one panel per frame: a panel is drawn, the frame with its changed lines goes out,
 # then the next panel. A key pressed meanwhile waits behind one panel's drawing and one panel's frame, not
@@ -91,6 +92,7 @@ class RunScreen(Screen):
         self.redraw_cost = 0.0  # seconds the last full redraw took
         self.next_redraw_at = 0.0  # redraws are spaced so they never take more than REDRAW_SHARE of the loop
         self._deferred = False
+        self.under_dialog_at = 0.0  # when a pulse last drew it under a dialog
         self._pairs_timer = False  # a timer will draw the pairs' change the panel's rate held back
         self.redraw_gen = 0  # redraws started: a spread clock redraw sees another one ran between its turns
         self._clock_busy = False  # a spread redraw is under way (over loop turns: _spread)
@@ -162,7 +164,19 @@ class RunScreen(Screen):
 
     def run_updated(self) -> None:
         """The pulse: everything after a state change; after new log lines only the last-lines
-        panel, at most four times a second (under a flood that is what keeps the console light)."""
+        panel, at most four times a second (under a flood that is what keeps the console light). Under a
+        dialog (the teardown's, dimmed below it) at most once every UNDER_DIALOG_S besides its clock, and
+        whole by on_screen_resume when the dialog goes: at 128 nodes its redraws at every pulse while the
+        cells closed took half the console's CPU in a teardown (bench/console_scale_keys.py teardown)."""
+        if self.app.screen is not self:
+            now = time.monotonic()
+            wait = self.under_dialog_at + UNDER_DIALOG_S - now
+            if wait > 0:
+                if not self._deferred:
+                    self._deferred = True
+                    self.set_timer(wait, self._redraw_deferred)
+                return
+            self.under_dialog_at = now
         live = self.console.live
         if live is None or live is not self.shown or live.version != self.drawn_version:
             now = time.monotonic()
