@@ -169,22 +169,13 @@ class RunScreen(Screen):
         whole by on_screen_resume when the dialog goes: at 128 nodes its redraws at every pulse while the
         cells closed took half the console's CPU in a teardown (bench/console_scale_keys.py teardown)."""
         if self.app.screen is not self:
-            now = time.monotonic()
-            wait = self.under_dialog_at + UNDER_DIALOG_S - now
-            if wait > 0:
-                if not self._deferred:
-                    self._deferred = True
-                    self.set_timer(wait, self._redraw_deferred)
+            if self._held_until(self.under_dialog_at + UNDER_DIALOG_S):
                 return
-            self.under_dialog_at = now
+            self.under_dialog_at = time.monotonic()
         live = self.console.live
         if live is None or live is not self.shown or live.version != self.drawn_version:
-            now = time.monotonic()
-            if live is not None and live is self.shown and now < self.next_redraw_at:
-                # the last redraw was costly: keys get the loop first, the change is drawn a bit later
-                if not self._deferred:
-                    self._deferred = True
-                    self.set_timer(self.next_redraw_at - now, self._redraw_deferred)
+            # the last redraw was costly: keys get the loop first, the change is drawn a bit later
+            if live is not None and live is self.shown and self._held_until(self.next_redraw_at):
                 return
             if self._spreads(live):
                 # a large run's change, one panel per frame; one at a time (no pulse follows a change that
@@ -283,6 +274,16 @@ class RunScreen(Screen):
         except TimeoutError:
             pass
         await asyncio.sleep(0)
+
+    def _held_until(self, at: float) -> bool:
+        """Whether a pulse now must wait until `at`; if so, one timer then brings it again (_redraw_deferred)."""
+        now = time.monotonic()
+        if now >= at:
+            return False
+        if not self._deferred:
+            self._deferred = True
+            self.set_timer(at - now, self._redraw_deferred)
+        return True
 
     def _redraw_deferred(self) -> None:
         self._deferred = False

@@ -44,7 +44,7 @@ class BarrierWatcher:
     def look_again(self) -> None:
         """Before "serving" is said: the router's answers imply every port is up, so each cell not yet seen
         open is probed at once instead of at its back-off's next turn."""
-        if self.prober is not None:
+        if self.watching and self.prober is not None:
             self.prober.probe_now(self.unconfirmed())
 
     def wake(self, node: str | None) -> None:
