@@ -316,8 +316,9 @@ def renice_run(run_id: str, nice: int) -> int:
             done += 1
         except (OSError, TypeError):
             continue
-        try:  # the supervisor leads a session of its own, with the kernel's autogroups a scheduling group of
-            # its own: only the group's nice value yields its share to the console (see sim/shim/atomsim_boot.py)
+        try:  # with the kernel's autogroups the supervisor's session (a local launch's starter's, shared by all
+            # its processes) is a scheduling group: only the group's nice value yields its share to the console
+            # (see sim/shim/atomsim_boot.py)
             Path(f"/proc/{h.pid}/autogroup").write_text(str(nice))
         except OSError:
             pass

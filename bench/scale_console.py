@@ -26,8 +26,9 @@ Measured (issue 19's goals in brackets):
 and its watcher to the other CPUs: the console's host with a core of its own, as on a cluster where the engines
 run on other nodes (nice values only share a core; the console still waited for one).
 `--engines-nice=N` starts every simulator at nice N (ATOMSIM_NICE, set before their imports; also the nice value
-of its session's scheduling group: with the kernel's autogroups each setsid'd simulator is a group of its own,
-and before 2026-12-02 the nice value alone left each of the 129 groups a share equal to the console's): the run comes
+of its session's scheduling group: with the kernel's autogroups each session is a group of its own, and before
+2026-12-02 the nice value alone left each of the 129 groups a share equal to the console's; since 2026-12-03 a local
+launch's processes share one session, their starter's): the run comes
 up with the engines yielding the CPU from their first instant, so "while it comes up" measures the console
 rather than 129 Python starts on its 2 cores.
 

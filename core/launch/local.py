@@ -1,35 +1,51 @@
 """The local launcher (the demo cluster): processes on this machine, one loopback address per node.
 
-Each process runs in its own session (its own process group) under the supervisor, with its
-output appended to a log file in the run directory, so it outlives the console.
+Each process runs in its own process group under the supervisor, with its output appended to a log file
+in the run directory, so it outlives the console. The processes of one launch are started by one starter
+process (starter.py) and share its session: one scheduling group beside the console's, as engines on other
+nodes would be, instead of one per process.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection
 from pathlib import Path
+from typing import Any
 
 from ..design.commands import ProcessSpec
 from ..remote.filetail import follow
 from ..remote.listening import ListenTable, local_table
 from ..remote.loglines import read_lines
-from .base import SUPERVISOR, LauncherBase, ProcHandle, ProcStatus, StopReport, marker, spawn
+from .base import SUPERVISOR, LauncherBase, ProcHandle, ProcStatus, StopReport, marker
 
 
 def proc_stat(pid: int) -> tuple[str, int] | None:
     """(state letter, process group) of a PID, or None if it does not exist."""
+    st = _stat(pid)
+    return None if st is None else (st[0], int(st[2]))
+
+
+def parent_of(pid: int) -> int | None:
+    st = _stat(pid)
+    return None if st is None else int(st[1])
+
+
+def _stat(pid: int) -> list[str] | None:
+    """/proc/PID/stat's fields after the command name: state, parent, process group, ..."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             data = f.read().decode(errors="replace")
     except OSError:
         return None
-    rest = data[data.rfind(")") + 2:].split()
-    return rest[0], int(rest[2])
+    return data[data.rfind(")") + 2:].split()
 
 
 def alive(pid: int) -> bool:
@@ -98,6 +114,8 @@ LISTEN_TABLE_S = 0.05  # the barrier reads this namespace's /proc/net/tcp* this 
 INLINE_READ_BYTES = 256 * 1024  # a log's unread end smaller than this is read on the loop, not in a thread
 TAIL_SAFETY_POLL_S = 2.0  # a local log is followed by file events; polled this often only in case one is lost
 KILL_VERIFY_S = 1.0  # after SIGKILL a process is gone at once, stopped or not: verify within this
+STARTER = str(Path(__file__).with_name("starter.py"))
+REAPED_WAIT_S = 1.0  # a process that ended without its exit-code file: the starter writes it before reaping
 
 
 STOP_TICK_S = 0.05  # a teardown re-reads /proc this often until every group it stops is gone
@@ -191,9 +209,8 @@ class LocalLauncher(LauncherBase):
 
     def __init__(self, run_id: str, run_dir: str):
         super().__init__(run_id, run_dir)
-        # Popen, not asyncio's subprocess: closing an asyncio transport kills a running child, and these
-        # processes must outlive the console.
-        self._children: dict[str, subprocess.Popen] = {}
+        self._starters: dict[int, subprocess.Popen] = {}  # pid -> a start_many's starter (reaped after a stop)
+        self._started: dict[str, ProcHandle] = {}  # every process started, also by a start cancelled meanwhile
         self._table: ListenTable | None = None
         self._stop_batches: dict[float, tuple[list[ProcHandle], asyncio.Future]] = {}
         self._flushes: set[asyncio.Task] = set()
@@ -201,37 +218,108 @@ class LocalLauncher(LauncherBase):
         self.tick: Callable[[], Awaitable[object]] | None = None  # stop_groups' pause between reads
 
     async def start(self, spec: ProcessSpec) -> ProcHandle:
+        (h,) = await self.start_many([spec])
+        if isinstance(h, BaseException):
+            raise h
+        return h
+
+    async def start_many(self, specs: list[ProcessSpec]) -> list[ProcHandle | BaseException]:
+        """Start every process through one starter (starter.py), in a thread: this process forks once, and
+        the started processes share the starter's session. `_started` gets every process that started also
+        when the task is cancelled meanwhile (the starter goes on: the launcher must know them to stop them);
+        the cancellation is raised after that."""
+        total = len(specs)
+        self._count_started(total)
+        if not specs:
+            return []
         logs = Path(self.run_dir) / "logs"
         logs.mkdir(parents=True, exist_ok=True, mode=0o700)
-        log = logs / f"{spec.name}.log"
-        exit_path = logs / f"{spec.name}.exit"
-        exit_path.unlink(missing_ok=True)
-        fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        try:
-            proc = await spawn(
-                ["/bin/sh", "-c", SUPERVISOR, marker(self.run_id, spec.name), str(exit_path), *spec.launch_argv],
-                lambda child: self._children.update({spec.name: child}),
-                stdin=subprocess.DEVNULL, stdout=fd, stderr=fd, start_new_session=True, close_fds=True,
-                cwd=self.run_dir, env={**os.environ, "ATOMDECK_RUN": f"{self.run_id}:{spec.name}"})
-        finally:
-            os.close(fd)
-        return ProcHandle(spec.name, spec.node, spec.host, self.kind, pid=proc.pid, log_path=str(log),
-                          exit_path=str(exit_path))
+        procs: list[dict[str, Any]] = []
+        for spec in specs:
+            exit_path = logs / f"{spec.name}.exit"
+            exit_path.unlink(missing_ok=True)
+            procs.append({"name": spec.name, "log": str(logs / f"{spec.name}.log"), "exit": str(exit_path),
+                          "env": {"ATOMDECK_RUN": f"{self.run_id}:{spec.name}"},
+                          "argv": ["/bin/sh", "-c", SUPERVISOR, marker(self.run_id, spec.name), str(exit_path),
+                                   *spec.launch_argv]})
+        loop = asyncio.get_running_loop()
+
+        def said(kind: str) -> None:  # (from the starter's thread) the count the launch shows
+            loop.call_soon_threadsafe(self._count_started, total, int(kind == "started"), int(kind == "failed"))
+
+        work = loop.run_in_executor(None, self._run_starter, {"cwd": self.run_dir, "procs": procs}, said)
+        cancelled = False
+        while True:
+            try:
+                said_by, trouble = await asyncio.shield(work)
+                break
+            except asyncio.CancelledError:
+                if work.cancelled():
+                    raise
+                cancelled = True  # the starter goes on: wait for what it started, then say so
+        out: list[ProcHandle | BaseException] = []
+        for spec, p in zip(specs, procs):
+            item = said_by.get(spec.name)
+            if item is None:
+                out.append(RuntimeError(f"the local starter ended before starting it{trouble}"))
+            elif item[0] == "failed":
+                out.append(OSError(item[2], item[3]))
+            else:
+                h = ProcHandle(spec.name, spec.node, spec.host, self.kind, pid=item[2], log_path=p["log"],
+                               exit_path=p["exit"])
+                self._started[spec.name] = h
+                out.append(h)
+        if cancelled:
+            raise asyncio.CancelledError
+        return out
+
+    def _run_starter(self, req: dict, said: Callable[[str], None]) -> tuple[dict[str, list], str]:
+        """(In a thread) start the starter in a session of its own, give it the processes, and read how each
+        start went until it closes its output: {name: its line}, and what it wrote on stderr (if anything)."""
+        starter = subprocess.Popen([sys.executable, "-I", STARTER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, start_new_session=True, close_fds=True, cwd=self.run_dir)
+        self._starters[starter.pid] = starter
+        out: dict[str, list] = {}
+        stdin, stdout, stderr = starter.stdin, starter.stdout, starter.stderr
+        assert stdin is not None and stdout is not None and stderr is not None
+        with stdin, stdout, stderr:
+            try:
+                stdin.write(json.dumps(req).encode())
+            except BrokenPipeError:
+                pass
+            stdin.close()
+            for line in stdout:
+                try:
+                    item = json.loads(line)
+                except ValueError:
+                    continue
+                out[item[1]] = item
+                said(item[0])
+            err = stderr.read().decode(errors="replace").strip().splitlines()
+        return out, f": {err[-1]}" if err else ""
 
     async def poll(self, handle: ProcHandle) -> ProcStatus:
-        child = self._children.get(handle.name)
-        if child is not None and child.poll() is not None:
-            code = read_exit(handle.exit_path)
-            code = code if code is not None else _rc(child.returncode)
-            return ProcStatus(False, code, describe_exit(code))
         if handle.pid and alive(handle.pid):
             return ProcStatus(True)
         code = read_exit(handle.exit_path)
+        if code is None and handle.pid:
+            code = await self._exit_once_reaped(handle)
         return ProcStatus(False, code, describe_exit(code))
+
+    async def _exit_once_reaped(self, handle: ProcHandle) -> int | None:
+        """A supervisor killed by a signal wrote no exit-code file; its starter writes one, then reaps it.
+        While it is a zombie whose parent is not PID 1 (the starter lives), wait up to REAPED_WAIT_S for that."""
+        until = time.monotonic() + REAPED_WAIT_S
+        while time.monotonic() < until:
+            st, parent = proc_stat(handle.pid or 0), parent_of(handle.pid or 0)
+            if st is None or st[0] not in ("Z", "X") or parent in (None, 1):
+                break
+            await asyncio.sleep(0.01)
+        return read_exit(handle.exit_path)
 
     async def wait(self, handle: ProcHandle) -> ProcStatus:
         if handle.pid:
-            await wait_exit(handle.pid, self._children.get(handle.name))
+            await wait_exit(handle.pid)
         return await self.poll(handle)
 
     def tail(self, handle: ProcHandle, offset: int) -> AsyncIterator[tuple[int, str]]:
@@ -290,11 +378,20 @@ class LocalLauncher(LauncherBase):
                                     lambda h, members: carries_marker(members, self.run_id, h.name),
                                     scan=self.scan, tick=self.tick)
         out.update({id(h): r for h, r in zip(started, reports)})
-        for h in handles:  # reap our children so they do not linger as zombies
-            child = self._children.get(h.name)
-            if child is not None:
-                child.poll()
+        await self._reap_starters()
         return out
+
+    async def _reap_starters(self) -> None:
+        """A starter whose processes have all ended exits at once: reap it, so that it does not linger as
+        this console's zombie (it is our child; the processes are its children, and it reaped them)."""
+        for pid, starter in list(self._starters.items()):
+            if starter.poll() is None and not any(alive(h.pid) for h in self._started.values()
+                                                  if h.pid and parent_of(h.pid) == pid):
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(KILL_VERIFY_S):
+                        await wait_exit(pid, starter)
+            if starter.poll() is not None:
+                del self._starters[pid]
 
 
 def _rc(returncode: int) -> int:

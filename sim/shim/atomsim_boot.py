@@ -14,10 +14,10 @@ def ensure() -> None:
             os.nice(int(nice))
         except OSError:
             pass
-        # Each simulator runs in a session of its own (the local launcher's setsid), and with the kernel's
-        # autogroups (sched_autogroup_enabled) each session is a scheduling group of its own: a nice value
-        # only ranks the processes inside it, and 129 sessions took 129 shares of the CPU against the
-        # console's one. The group's own nice value is what yields to the console.
+        # With the kernel's autogroups (sched_autogroup_enabled) each session is a scheduling group of its
+        # own, and a nice value only ranks the processes inside it: the group's own nice value is what
+        # yields to the console. (A local launch's simulators share their starter's session; before
+        # 2026-12-03 each had a session of its own, and 129 sessions took 129 shares against the console's.)
         try:
             with open("/proc/self/autogroup", "w") as f:
                 f.write(nice)

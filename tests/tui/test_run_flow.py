@@ -4,7 +4,7 @@ Every run a test starts is torn down (conftest checks nothing is left, by PID)."
 
 from __future__ import annotations
 
-import asyncio
+import threading
 from dataclasses import replace
 from pathlib import Path
 
@@ -262,21 +262,25 @@ async def test_the_run_view_says_launching_on_screen_before_the_first_process_st
 async def test_the_run_view_counts_the_processes_a_launch_starts(monkeypatch):
     """A launch of 129 processes took 8-23 s with nothing but "Launching ..." on screen. Core's launch
     says what it does (Run.launch's progress), and the run view shows it: here the count, with the
-    second and later starts held until the screen showed the first."""
+    second and later starts' counts held until the screen showed the first."""
     from atomdeck.core.launch.local import LocalLauncher
 
     app = live_app()
-    first_shown = asyncio.Event()
-    real_start = LocalLauncher.start
-    began: list[str] = []
+    first_shown = threading.Event()  # the starter's lines are read in a thread: the count is held there
+    real_run_starter = LocalLauncher._run_starter
 
-    async def start(self, spec):
-        began.append(spec.name)
-        if len(began) > 1:
-            await first_shown.wait()
-        return await real_start(self, spec)
+    def run_starter(self, req, said):
+        heard: list[str] = []
 
-    monkeypatch.setattr(LocalLauncher, "start", start)
+        def held(kind: str) -> None:
+            heard.append(kind)
+            if len(heard) > 1:
+                first_shown.wait(60)
+            said(kind)
+
+        return real_run_starter(self, req, held)
+
+    monkeypatch.setattr(LocalLauncher, "_run_starter", run_starter)
     try:
         async with app.run_test(size=BIG) as pilot:
             await ready(pilot)
