@@ -14,7 +14,7 @@ import subprocess
 from collections.abc import AsyncIterator, Callable
 from dataclasses import asdict, dataclass, field
 from importlib import resources
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, TypeVar, runtime_checkable
 
 from ..design.commands import ProcessSpec
 from ..remote.shell import Result, Runner
@@ -43,6 +43,9 @@ def marker(run_id: str, name: str) -> str:
     return f"atomdeck:{run_id}:{name}"
 
 
+T = TypeVar("T")
+
+
 async def spawn(argv: list[str], keep: Callable[[subprocess.Popen], None], **popen) -> subprocess.Popen:
     """`subprocess.Popen(argv, **popen)` in a thread, not on the event loop: Popen returns only once the
     child has exec'd, and with 129 simulators starting on 2 cores each exec waited for a core (the console's
@@ -50,19 +53,24 @@ async def spawn(argv: list[str], keep: Callable[[subprocess.Popen], None], **pop
     is cancelled meanwhile (the child runs: the launcher must know it to stop it); the cancellation is
     raised after that. Whatever `popen` hands the child (a log's fd) stays open until this returns."""
     started = asyncio.get_running_loop().run_in_executor(None, functools.partial(subprocess.Popen, argv, **popen))
-    cancelled = False
-    while True:
-        try:
-            child = await asyncio.shield(started)
-            break
-        except asyncio.CancelledError:
-            if started.cancelled():
-                raise
-            cancelled = True  # the fork goes on in its thread: wait for it, then say so
+    child, cancelled = await outlive_cancel(started)
     keep(child)
     if cancelled:
         raise asyncio.CancelledError
     return child
+
+
+async def outlive_cancel(work: asyncio.Future[T]) -> tuple[T, bool]:
+    """Wait for work running in a thread (a fork) even if this task is cancelled meanwhile: what it started
+    runs, and the caller must record it before it raises the cancellation. Returns (result, cancelled)."""
+    cancelled = False
+    while True:
+        try:
+            return await asyncio.shield(work), cancelled
+        except asyncio.CancelledError:
+            if work.cancelled():
+                raise
+            cancelled = True
 
 
 @dataclass

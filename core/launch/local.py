@@ -24,7 +24,7 @@ from ..design.commands import ProcessSpec
 from ..remote.filetail import follow
 from ..remote.listening import ListenTable, local_table
 from ..remote.loglines import read_lines
-from .base import SUPERVISOR, LauncherBase, ProcHandle, ProcStatus, StopReport, marker
+from .base import SUPERVISOR, LauncherBase, ProcHandle, ProcStatus, StopReport, marker, outlive_cancel
 
 
 def proc_stat(pid: int) -> tuple[str, int] | None:
@@ -116,6 +116,7 @@ TAIL_SAFETY_POLL_S = 2.0  # a local log is followed by file events; polled this 
 KILL_VERIFY_S = 1.0  # after SIGKILL a process is gone at once, stopped or not: verify within this
 STARTER = str(Path(__file__).with_name("starter.py"))
 REAPED_WAIT_S = 1.0  # a process that ended without its exit-code file: the starter writes it before reaping
+STARTER_EXIT_S = 5.0  # a starter whose processes are all gone exits at once; on a loaded machine it waits for a core
 
 
 STOP_TICK_S = 0.05  # a teardown re-reads /proc this often until every group it stops is gone
@@ -248,15 +249,7 @@ class LocalLauncher(LauncherBase):
             loop.call_soon_threadsafe(self._count_started, total, int(kind == "started"), int(kind == "failed"))
 
         work = loop.run_in_executor(None, self._run_starter, {"cwd": self.run_dir, "procs": procs}, said)
-        cancelled = False
-        while True:
-            try:
-                said_by, trouble = await asyncio.shield(work)
-                break
-            except asyncio.CancelledError:
-                if work.cancelled():
-                    raise
-                cancelled = True  # the starter goes on: wait for what it started, then say so
+        (said_by, trouble), cancelled = await outlive_cancel(work)  # the starter goes on if we are cancelled
         out: list[ProcHandle | BaseException] = []
         for spec, p in zip(specs, procs):
             item = said_by.get(spec.name)
@@ -388,7 +381,7 @@ class LocalLauncher(LauncherBase):
             if starter.poll() is None and not any(alive(h.pid) for h in self._started.values()
                                                   if h.pid and parent_of(h.pid) == pid):
                 with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(KILL_VERIFY_S):
+                    async with asyncio.timeout(STARTER_EXIT_S):
                         await wait_exit(pid, starter)
             if starter.poll() is not None:
                 del self._starters[pid]
