@@ -88,8 +88,26 @@ def engine_pids(lab, node: str, run_id: str, name: str, cmdline: str = "openai_s
     the router itself, not the `env` wrapper or supervisor around it); none is an assertion error."""
     pids = node_pids(lab, node, f'tr "\\0" "\\n" < "$f" 2>/dev/null | grep -qx "ATOMDECK_RUN={run_id}:{name}" && '
                                 f'grep -q "{cmdline}" /proc/$p/cmdline 2>/dev/null')
+    # the supervisor's command line holds the engine's too: keep the innermost ones, those no other of them
+    # has as its parent (not the highest PID: with pid_max 32768 the PIDs of a long test run wrap around)
+    pids = [p for p in pids if not any(_ppid(q) == p for q in pids)]
     assert pids, f"no {name} process of {run_id} on {node}"
     return pids
+
+
+def engine_pid(lab, node: str, run_id: str, name: str, cmdline: str = "openai_server") -> int:
+    """The one engine (or router) process of `name`: the python its `env` wrapper exec'd, never its supervisor."""
+    pids = engine_pids(lab, node, run_id, name, cmdline)
+    assert len(pids) == 1, f"{name} of {run_id} on {node}: {len(pids)} innermost processes {pids}, not one"
+    return pids[0]
+
+
+def _ppid(pid: int) -> int | None:
+    """The parent of `pid` (the lab's nodes share this machine's PID namespace); None once it has gone."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def jobs() -> str:
@@ -127,8 +145,7 @@ def wait_for(pred, timeout: float, interval: float = 0.1):
 
 def kill_worker_python(lab, node: str, run_id: str, name: str) -> int:
     """Kill the worker itself (not its supervisor) inside the node; returns its pid."""
-    target = max(engine_pids(lab, node, run_id, name, "openai_server\\|atomesh"))  # the python process (started
-    # after its `env` wrapper exec'd)
+    target = engine_pid(lab, node, run_id, name, "openai_server\\|atomesh")
     lab.node_exec(node, ["kill", "-9", str(target)])
     return target
 

@@ -10,7 +10,7 @@ import yaml
 from atomdeck.core.config.paths import find_cluster
 from atomdeck.core.run.run import Run
 
-from .runhelpers import engine_pids, refused, serve, teardown, workspace
+from .runhelpers import engine_pid, refused, serve, teardown, workspace
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 G = "mia1-p01-g0"
@@ -25,7 +25,7 @@ def _cluster(tmp_path, monkeypatch, name: str, node_ip: dict) -> None:
 
 
 def _environ(lab, node: str, run_id: str, name: str) -> dict[str, str]:
-    raw = open(f"/proc/{max(engine_pids(lab, node, run_id, name))}/environ", "rb").read().decode()
+    raw = open(f"/proc/{engine_pid(lab, node, run_id, name)}/environ", "rb").read().decode()
     return dict(x.split("=", 1) for x in raw.split("\0") if "=" in x)
 
 

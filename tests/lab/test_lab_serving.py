@@ -8,11 +8,11 @@ import asyncio
 
 import pytest
 
-from .runhelpers import engine_pids, launch, serve, teardown, up, workspace
+from .runhelpers import engine_pid, launch, serve, teardown, up, workspace
 
 
 def _signal_worker(lab, node: str, run_id: str, name: str, sig: str) -> int:
-    target = max(engine_pids(lab, node, run_id, name))  # the python process (started after its `env` wrapper exec'd)
+    target = engine_pid(lab, node, run_id, name)
     lab.node_exec(node, ["kill", f"-{sig}", str(target)], check=True)
     return target
 
