@@ -15,6 +15,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection
 from pathlib import Path
@@ -289,6 +290,9 @@ class LocalLauncher(LauncherBase):
                 out[item[1]] = item
                 said(item[0])
             err = stderr.read().decode(errors="replace").strip().splitlines()
+        # it lives on to reap its processes and exits with the last: reaped then by a thread blocked in its
+        # waitpid, so that it never lingers as this console's zombie when they end on their own
+        threading.Thread(target=starter.wait, name=f"atomdeck-reap-{starter.pid}", daemon=True).start()
         return out, f": {err[-1]}" if err else ""
 
     async def poll(self, handle: ProcHandle) -> ProcStatus:
@@ -375,8 +379,8 @@ class LocalLauncher(LauncherBase):
         return out
 
     async def _reap_starters(self) -> None:
-        """A starter whose processes have all ended exits at once: reap it, so that it does not linger as
-        this console's zombie (it is our child; the processes are its children, and it reaped them)."""
+        """A starter whose processes have all ended exits at once: wait for it (its reaping thread reaps it),
+        so that a teardown leaves none behind (it is our child; the processes are its children)."""
         for pid, starter in list(self._starters.items()):
             if starter.poll() is None and not any(alive(h.pid) for h in self._started.values()
                                                   if h.pid and parent_of(h.pid) == pid):

@@ -131,6 +131,21 @@ def test_one_launch_forks_the_console_once_and_its_processes_share_one_session(t
     assert launcher._starters == {} and proc_stat(starter) is None
 
 
+def test_a_starter_whose_processes_end_on_their_own_is_reaped_without_a_stop(tmp_path):
+    """Nobody stops a run whose processes all exit: the starter exits with the last of them and must not stay
+    this console's zombie (a console kept open for days would collect one per launch)."""
+    launcher = LocalLauncher(RUN, str(tmp_path))
+    handles = asyncio.run(launcher.start_many([spec(f"worker-{i}", ["true"]) for i in range(3)]))
+    (starter,) = launcher._starters
+    for _ in range(500):  # up to 10 s on a loaded machine
+        if proc_stat(starter) is None:
+            break
+        threading.Event().wait(0.02)
+    assert proc_stat(starter) is None, f"the starter {starter} is still {proc_stat(starter)}"
+    assert launcher._starters[starter].returncode == 0
+    assert [asyncio.run(launcher.poll(h)).exit_code for h in handles] == [0, 0, 0]
+
+
 def test_a_process_that_cannot_start_is_an_error_and_the_others_start(tmp_path):
     (tmp_path / "logs" / "worker-b.log").mkdir(parents=True)  # its log cannot be opened for writing
     launcher = LocalLauncher(RUN, str(tmp_path))
