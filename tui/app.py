@@ -117,6 +117,7 @@ class ConsoleApp(App[int]):
         self._to_load: tuple[str, str, tuple[str, ...], frozenset[str], str | None] | None = (
             recipe, cluster, tuple(nodes), frozenset(overrides), run_id)
         self.load_error: Exception | None = None  # why a deferred load failed (the console then ends)
+        self._switch_hold: Callable[[], None] | None = None  # ends switch_mode's repaint hold (delay_update)
         self.gc_steward = GcSteward()  # the cyclic GC's full passes off the key path (gc_steward.py)
         self.defer = defer and not run_id
         if self.defer:
@@ -266,6 +267,33 @@ class ConsoleApp(App[int]):
     def now(self) -> float:
         """Seconds since the epoch by the console's clock (frozen in tests and screenshots)."""
         return self.clock().timestamp()
+
+    def delay_update(self, delay: float = 0.05) -> None:
+        """Textual's switch_mode holds every repaint for `delay` (50 ms), so that a view is not shown half
+        drawn: 50 ms of every view switch's ~65 ms on screen, with the CPU idle. A view shown before
+        (tui/screens/base.py ViewScreen) has drawn itself once its resume was handled and ends the hold then
+        (`end_switch_hold`); the timer stays for everything else (a view shown the first time composes)."""
+        self._begin_batch()
+        ended = False
+
+        def end() -> None:
+            nonlocal ended
+            if ended:
+                return
+            ended = True
+            if self._switch_hold is end:
+                self._switch_hold = None
+            self._end_batch()
+            if not self._batch_count:
+                self.screen.refresh()
+
+        self._switch_hold = end
+        self.set_timer(delay, end, name="delay_update")
+
+    def end_switch_hold(self) -> None:
+        """(ViewScreen, once a view shown again has handled its resume) end switch_mode's repaint hold now."""
+        if self._switch_hold is not None:
+            self._switch_hold()
 
     def action_view(self, mode: str) -> None:
         if mode in dict(self.views) and self.current_mode != mode:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, cast
 
 from rich.style import Style
+from textual import events
 from textual.screen import Screen
 
 from ..widgets.context_bar import ContextBar
@@ -15,7 +16,37 @@ if TYPE_CHECKING:
     from ..app import ConsoleApp
 
 
-class DesignScreen(Screen):
+class ViewScreen(Screen):
+    """A view of the App's modes (1-6). Shown again, Textual re-applies the stylesheet to every widget of the
+    view (ScreenResume.refresh_styles): at 128 nodes that was about a third of a switch's CPU, and nothing
+    had changed. A widget's own class changes are styled as they happen, also on a hidden view, and a new
+    stylesheet or theme is applied by switch_mode itself before the resume; what only the resume catches is
+    a change of the App's own classes and pseudo-classes (focus, blur, dark, ...) while the view was hidden.
+    So the view notes those when it is hidden, and lets the resume re-apply its styles only if they changed.
+
+    A view shown again also ends Textual's 50 ms repaint hold of a switch as soon as its resume is handled
+    (ConsoleApp.delay_update)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._app_styled_as: tuple | None = None  # the App's classes when this view was hidden
+
+    def _app_style_key(self) -> tuple:
+        return frozenset(self.app.pseudo_classes), frozenset(self.app.classes)
+
+    def on_screen_suspend(self) -> None:
+        self._app_styled_as = self._app_style_key()
+
+    def on_screen_resume(self, event: events.ScreenResume) -> None:
+        # (this runs after the view's own handler, which redraws it, and before Screen's, which reads the
+        # flag: handlers go down the class tree)
+        if event.refresh_styles and self._app_styled_as == self._app_style_key():
+            event.refresh_styles = False
+        if self._app_styled_as is not None:  # shown before, so composed: drawn once this resume is handled
+            self.call_later(cast("ConsoleApp", self.app).end_switch_hold)
+
+
+class DesignScreen(ViewScreen):
     VIEW = ""  # the App mode this screen is shown in
     # Colours of severities and roles, from the theme's variables (read with `color`).
     COMPONENT_CLASSES = {"design--error", "design--warning", "design--ok", "design--prefill", "design--decode",

@@ -19,7 +19,6 @@ from textual import work
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.markup import escape
-from textual.screen import Screen
 from textual.widgets import DataTable, Input, Label, ProgressBar, Static
 
 from ...core.measure import compare
@@ -31,6 +30,7 @@ from ..widgets.context_bar import ContextBar
 from ..widgets.footer import QuietFooter
 from ..widgets.pareto import Curve, ParetoChart, chart_svg, curve_of
 from ..widgets.serving_panel import rate_of, row_words
+from .base import ViewScreen
 from .run import run_context
 
 if TYPE_CHECKING:
@@ -70,7 +70,7 @@ def server_text(state: RunState) -> Text:
     return out
 
 
-class BenchScreen(Screen):
+class BenchScreen(ViewScreen):
     VIEW = "bench"
     BINDINGS = bindings.BENCH
     CSS_PATH = "../bench.tcss"

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, cast
 from textual.app import ComposeResult
 from textual.containers import Container, Vertical, VerticalScroll
 from textual.markup import escape
-from textual.screen import ModalScreen, Screen
+from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from ...core.run.diagnose import diagnose
@@ -38,6 +38,7 @@ from ..widgets.run_panels import (
 )
 from ..widgets.serving_panel import ServingPanel
 from ..widgets.vtable import VirtualTable
+from .base import ViewScreen
 
 if TYPE_CHECKING:
     from ..app import ConsoleApp
@@ -75,7 +76,7 @@ def run_context(app: ConsoleApp) -> str:
             f"[b]{escape(run.cluster.name)}[/b] · {escape(run.cluster.launcher)}")
 
 
-class RunScreen(Screen):
+class RunScreen(ViewScreen):
     VIEW = "run"
     BINDINGS = bindings.RUN
 

@@ -9,12 +9,12 @@ from typing import TYPE_CHECKING, cast
 from rich.style import Style
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.screen import Screen
 from textual.widgets import DataTable, Static
 
 from .. import bindings
 from ..widgets.context_bar import ContextBar
 from ..widgets.footer import QuietFooter
+from .base import ViewScreen
 
 if TYPE_CHECKING:
     from ..app import ConsoleApp
@@ -23,7 +23,7 @@ COLUMNS = [("mark", ""), ("id", "RUN"), ("status", "STATUS"), ("recipe", "RECIPE
            ("launcher", "LAUNCHER"), ("created", "STARTED"), ("job", "JOB"), ("diagnosis", "LAST DIAGNOSIS")]
 
 
-class RunsScreen(Screen):
+class RunsScreen(ViewScreen):
     VIEW = "runs"
     BINDINGS = bindings.RUNS
     # A run's status in the theme's colours (a stopped run's in the default colour).

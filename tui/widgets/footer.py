@@ -9,6 +9,7 @@ it would show with what it shows, and rebuilds only on a difference."""
 
 from __future__ import annotations
 
+from textual.screen import ModalScreen
 from textual.widgets import Footer
 
 
@@ -20,6 +21,14 @@ class QuietFooter(Footer):
         super().__init__(*args, **kwargs)
         self._shown: tuple | None = None
         self.rebuilds = 0
+
+    def _visible(self) -> bool:
+        """Its view is on top, or under dialogs only (dimmed below them, its keys as a dialog leaves them)."""
+        stack = self.app.screen_stack
+        mine = self.screen
+        if mine not in stack:  # the view of another mode
+            return False
+        return all(isinstance(s, ModalScreen) for s in stack[stack.index(mine) + 1:])
 
     def _what_it_shows(self) -> tuple:
         app = self.app
@@ -36,6 +45,8 @@ class QuietFooter(Footer):
         if not self.is_attached or not self._bindings_ready:
             await super().recompose()
             return
+        if not self._visible():  # a view shown or hidden asks every view's footer (Screen.stack_updates); a
+            return  # hidden view's keys are taken when it is shown again, which asks once more
         shown = self._what_it_shows()
         if shown == self._shown:
             return
