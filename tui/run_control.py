@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING
 
@@ -87,6 +88,11 @@ class RunController:
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(self.app.screen.wait_for_refresh(), 2.0)
         from ..core.run.run import Run
+
+        # what attach() imports, imported while the machine is still quiet: after 129 local starts the same
+        # imports held this loop 0.3 s, keys waiting (scale_console.py 128 with bench/busy_trace)
+        for module in ("live", "watch_client"):
+            importlib.import_module(f"{__package__}.{module}")
 
         try:
             run = await Run.launch(self.app.workspace, a, progress=self._launch_said)

@@ -6,7 +6,10 @@ the first, how long, the samples it got, and its most common stack.
 from __future__ import annotations
 
 import json
+import os
 import sys
+
+WIDTH = int(os.environ.get("BUSY_TRACE_WIDTH", "200"))  # characters of the stack printed
 
 
 def main(path: str, min_ms: float = 0) -> None:
@@ -23,7 +26,7 @@ def main(path: str, min_ms: float = 0) -> None:
         if b["dur"] * 1000 < min_ms:
             continue
         stack = b["stacks"][0][0] if b["stacks"] else ""
-        print(f"{b['t'] - t0:8.2f} s  {b['dur'] * 1000:6.0f} ms  n={b['n']:<4} {stack[:200]}")
+        print(f"{b['t'] - t0:8.2f} s  {b['dur'] * 1000:6.0f} ms  n={b['n']:<4} {stack[:WIDTH]}")
 
 
 if __name__ == "__main__":

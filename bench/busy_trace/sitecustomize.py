@@ -34,8 +34,11 @@ def _frames(f) -> list[str]:
     return out
 
 
+DEPTH = int(os.environ.get("BUSY_TRACE_DEPTH", "6"))  # frames kept of each stack, innermost first
+
+
 def _summary(t0: float, dur: float, stacks: list[list[str]]) -> dict:
-    ours = collections.Counter(" < ".join([x for x in s if not x.startswith(LOOP_FRAMES)][:6]) for s in stacks)
+    ours = collections.Counter(" < ".join([x for x in s if not x.startswith(LOOP_FRAMES)][:DEPTH]) for s in stacks)
     return {"t": t0, "dur": dur, "n": len(stacks), "stacks": ours.most_common(6)}
 
 

@@ -23,12 +23,13 @@ from ..design.inventory import Node
 from ..design.lint import Assessment
 from ..design.plan import Plan, Selection, build_plan
 from ..design.workspace import Workspace, default_context
-from ..launch.base import Launcher, ProcHandle, StopReport
+from ..launch.base import Launcher, ProcHandle, StopReport, outlive_cancel
 from ..remote.filetail import read_last_lines
 from ..remote.probes import tcp_probe
 from .barrier import BarrierProber
 from .diagnose import diagnose
 from .events import Event, RunState, new_state, replay
+from .ports import check_ports_free
 from .rundir import RunDir, new_run_id
 from .watchers import Watchers, keep_going, raise_open_files_limit
 
@@ -180,14 +181,23 @@ class Run:
         run = cls(rd, plan.recipe, plan.cluster, plan, processes, launcher, _fresh_state(run_id, plan, processes))
         run.emit(Event("run", value="launching", detail=f"{plan.shape} on {plan.cluster.name}"))
         started = await launcher.start_many(processes)
+        events: builtins.list[Event] = []
         for p, h in zip(processes, started):
             if isinstance(h, BaseException):
-                run.emit(Event("proc.stage", p.name, "failed", f"could not start: {h}"))
+                events.append(Event("proc.stage", p.name, "failed", f"could not start: {h}"))
                 continue
             run.handles[p.name] = h
-            rd.save_handle(h)
-            run.emit(Event("proc.started", p.name, detail=f"pid {h.pid} on {h.node}",
-                           data={"pid": h.pid, "node": h.node, "step": h.step}))
+            events.append(Event("proc.started", p.name, detail=f"pid {h.pid} on {h.node}",
+                                data={"pid": h.pid, "node": h.node, "step": h.step}))
+        # a file per handle, written in a thread (129 of them held a console's loop ~0.35 s on a loaded
+        # machine), and written before the events that say they started; if the launch is cancelled
+        # meanwhile, the files are still all written (teardown finds the processes by them)
+        handles = list(run.handles.values())
+        _, cancelled = await outlive_cancel(asyncio.get_running_loop().run_in_executor(
+            None, rd.save_handles, handles))
+        if cancelled:
+            raise asyncio.CancelledError
+        run.emit_many(events)
         if any(p.stage == "failed" for p in run.state.procs.values()):
             run._set_status("failed")
         else:
@@ -247,6 +257,17 @@ class Run:
             self._changed.set()
             for fn in list(self.listeners):
                 fn(e)
+
+    def emit_many(self, events: builtins.list[Event]) -> None:
+        """emit() each, in order, with the ones kept appended to events.jsonl in one write (a launch's 129
+        'started' were 129 opens and writes in the loop); the listeners hear them once all are applied."""
+        changed = [e for e in events if self.state.apply(e)]
+        self.rd.append_events([e for e in changed if e.kind in PERSIST])
+        if changed:
+            self._changed.set()
+            for e in changed:
+                for fn in list(self.listeners):
+                    fn(e)
 
     def torn_down_elsewhere(self) -> bool:
         """Another session (a console, `atomdeck down`) is tearing this run down, or has."""
@@ -410,21 +431,6 @@ def redacted_yaml(data: dict) -> str:
             return [walk(v) for v in obj]
         return obj
     return yaml.safe_dump(walk(data), sort_keys=False, default_flow_style=False, width=100)
-
-
-async def check_ports_free(plan: Plan, processes: list[ProcessSpec], launcher: Launcher) -> None:
-    """Refuse to launch onto ports something else already listens on (it would pass the barrier)."""
-    wanted = sorted({(p.node, p.host, port, p.name) for p in processes for port in p.ports})
-    try:
-        results = await asyncio.gather(*(tcp_probe(host, port, 1.0, launcher.probe_runner(node))
-                                         for node, host, port, _ in wanted))
-    finally:
-        await launcher.close()
-    taken = [f"{node} {host}:{port} (wanted by {name})" for (node, host, port, name), r in zip(wanted, results)
-             if r == "open"]
-    if taken:
-        raise AtomdeckError(f"port(s) already in use, nothing was launched: {'; '.join(taken)}. Stop what holds "
-                            "them (an earlier run? `atomdeck runs`) or change ports.* in the recipe")
 
 
 def _fresh_state(run_id: str, plan: Plan, processes: list[ProcessSpec]) -> RunState:

@@ -115,6 +115,11 @@ class RunDir:
     def save_handle(self, h: ProcHandle) -> None:
         self.write_json(f"procs/{h.name}.json", h.to_json())
 
+    def save_handles(self, handles: list[ProcHandle]) -> None:
+        """A file per process (Run.launch writes them in a thread): what any later session finds them by."""
+        for h in handles:
+            self.save_handle(h)
+
     def handles(self) -> list[ProcHandle]:
         out = []
         for p in sorted((self.path / "procs").glob("*.json")):

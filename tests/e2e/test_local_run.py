@@ -62,6 +62,36 @@ def test_reaches_serving_then_down_leaves_nothing(recipe, shape, runs):
     assert again.clean and all(r.detail == "already gone" for r in again.processes)
 
 
+def test_a_launch_writes_its_handles_off_the_loop_then_its_started_events_in_one_write(runs, monkeypatch):
+    """At 128 nodes the launch's 129 handle files and 129 'started' appends (an open and a write each) held
+    the console's loop ~0.35 s while keys waited (bench/busy_trace). The files are written in a thread, all
+    before the events that say their processes started, and the events go in one write."""
+    import threading
+
+    from atomdeck.core.run.rundir import RunDir
+
+    log: list[tuple] = []
+    save, append = RunDir.save_handle, RunDir.append_events
+
+    def saved(self, h):
+        log.append(("file", h.name, threading.current_thread() is threading.main_thread()))
+        save(self, h)
+
+    def appended(self, events):
+        log.append(("append", [e.kind for e in events]))
+        append(self, events)
+
+    monkeypatch.setattr(RunDir, "save_handle", saved)
+    monkeypatch.setattr(RunDir, "append_events", appended)
+    run, state = launch_and_watch(workspace("demo-2p1d"), runs, until=("starting", "serving", "failed"))
+    names = sorted(run.handles)
+    files = [x for x in log if x[0] == "file"]
+    assert sorted(x[1] for x in files) == names and not any(x[2] for x in files)  # all, none on the loop
+    started = [i for i, x in enumerate(log) if x[0] == "append" and "proc.started" in x[1]]
+    assert len(started) == 1 and log[started[0]][1].count("proc.started") == len(names)
+    assert max(i for i, x in enumerate(log) if x[0] == "file") < started[0]
+
+
 def test_reattach_from_another_instance_sees_the_state_and_tears_down(runs):
     run, state = launch_and_watch(workspace(), runs)
     assert state.status == "serving"
