@@ -50,6 +50,10 @@ class GcSteward:
     def key(self) -> None:
         self.last_key = self.clock()
 
+    def due(self) -> None:
+        """Make the full pass due now: it runs at the next tick after QUIET_S without a key."""
+        self.last_full = float("-inf")
+
     def full_due(self) -> bool:
         return self.clock() - self.last_full >= self.full_every
 

@@ -42,7 +42,7 @@ class LiveRun:
 
     OVER = OVER
 
-    def __init__(self, run: Run, keep: int = KEEP_LINES) -> None:
+    def __init__(self, run: Run, keep: int = KEEP_LINES, settle: bool = True) -> None:
         self.run = run
         self.keep = keep
         self.buffers: dict[str, deque[str]] = {name: deque(maxlen=keep) for name in run.processes}
@@ -73,8 +73,11 @@ class LiveRun:
         run.line_listeners.append(self._on_line)
         # what the console holds from the start (Textual, its screens, core: ~130,000 objects) leaves the cyclic
         # GC's full passes: under a log flood a full pass over all of it ran every few seconds, 140-220 ms each,
-        # and a key behind one waited that long. One full pass per attach (it first collects what died since).
-        settle_gc()
+        # and a key behind one waited that long. One full pass per attach (it first collects what died since),
+        # or (settle=False) a launch's, made before its processes started (at 128 local nodes, once they boot, the
+        # pass took 190 ms of a key's wait: bench/busy_trace)
+        if settle:
+            settle_gc()
 
     # -- core's listeners: O(1), no I/O ----------------------------------------------------------
     def _on_event(self, e: Event) -> None:

@@ -93,6 +93,10 @@ class RunController:
         # imports held this loop 0.3 s, keys waiting (scale_console.py 128 with bench/busy_trace)
         for module in ("live", "watch_client"):
             importlib.import_module(f"{__package__}.{module}")
+        from .gc_steward import settle_gc
+
+        settle_gc()  # the GC's full pass of attach, made now (LiveRun's settle); the run's own objects
+        self.app.gc_steward.due()  # wait for the steward's next quiet full pass
 
         try:
             run = await Run.launch(self.app.workspace, a, progress=self._launch_said)
@@ -107,7 +111,7 @@ class RunController:
                 self.app.push_screen(MessageDialog("Launch failed", Text(str(e) or type(e).__name__)))
             return
         self.launching, self.launch_step, self._quit_armed = "", "", False
-        self.attach(run)
+        self.attach(run, settled=True)
         if before is not None and before.running:
             self.app.notify(f"run {before.id} keeps running (not watched now); 5 Runs lists it", title="Launched")
         self.app.notify(f"run {run.id}: {len(run.handles)} processes started", title="Launched")
@@ -121,13 +125,14 @@ class RunController:
         """Whole seconds since the launch key by the console's clock (0 when no launch works)."""
         return int(self.app.now() - self._launch_t0) if self.launching else 0
 
-    def attach(self, run: Run, watch: bool = True) -> LiveRun:
+    def attach(self, run: Run, watch: bool = True, settled: bool = False) -> LiveRun:
         """Make `run` the console's run (the previous one must have been detached) and watch it:
-        core's Run.watch runs in a watcher process (watcher.py), which reports here."""
+        core's Run.watch runs in a watcher process (watcher.py), which reports here. settled: the GC's
+        settle pass was made already (launch_run, before the processes started)."""
         from .live import LiveRun  # with the run's events: not needed for the first frame
         from .watch_client import WatchProcess
 
-        live = LiveRun(run)
+        live = LiveRun(run, settle=not settled)
         self.live = live
         if watch:
             live.watching = True

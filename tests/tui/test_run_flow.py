@@ -259,6 +259,37 @@ async def test_the_run_view_says_launching_on_screen_before_the_first_process_st
     assert report.clean and gone(run) == []
 
 
+async def test_a_launch_makes_the_gcs_settle_pass_before_its_processes_start_not_at_attach(monkeypatch):
+    """The attach's full GC pass (settle_gc) took 190 ms of a key's wait once 129 local processes booted
+    (bench/busy_trace): a launch makes it before the first start, and the steward's next quiet pass is due."""
+    from atomdeck.core.launch.local import LocalLauncher
+    from atomdeck.tui import gc_steward, live
+
+    order: list[str] = []
+    real_settle, real_start_many = gc_steward.settle_gc, LocalLauncher.start_many
+
+    def settle() -> None:
+        order.append("settle")
+        real_settle()
+
+    async def start_many(self, specs):
+        order.append("start")
+        return await real_start_many(self, specs)
+
+    monkeypatch.setattr(gc_steward, "settle_gc", settle)
+    monkeypatch.setattr(live, "settle_gc", settle)
+    monkeypatch.setattr(LocalLauncher, "start_many", start_many)
+    app = live_app()
+    async with app.run_test(size=BIG) as pilot:
+        await ready(pilot)
+        await launch(pilot, app)
+        run = app.live.run
+        assert order == ["settle", "start"]
+        assert app.gc_steward.full_due() or app.gc_steward.full_passes > 0
+    report = await Run.open(run.id).teardown(grace=2)
+    assert report.clean and gone(run) == []
+
+
 async def test_the_run_view_counts_the_processes_a_launch_starts(monkeypatch):
     """A launch of 129 processes took 8-23 s with nothing but "Launching ..." on screen. Core's launch
     says what it does (Run.launch's progress), and the run view shows it: here the count, with the
