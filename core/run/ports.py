@@ -1,4 +1,9 @@
-"""Before a launch: refuse ports that something already listens on (that listener would pass the barrier)."""
+"""Before a launch: refuse ports that something already listens on (that listener would pass the barrier).
+
+Where the launcher can read a node's table of listening sockets (`listen_table(node)`: local, one read for
+every node; ssh, one `ss` through the node's shell), only the ports the table lists get a connect, to confirm
+them as the barrier does; the others are free. At 128 local nodes that is one netlink read instead of 642
+connects in the console's loop. A node whose table cannot be read gets a connect per port, as before."""
 
 from __future__ import annotations
 
@@ -8,6 +13,7 @@ from ..config.errors import AtomdeckError
 from ..design.commands import ProcessSpec
 from ..design.plan import Plan
 from ..launch.base import Launcher
+from ..remote.listening import Table, listens
 from ..remote.probes import tcp_probe
 
 
@@ -15,12 +21,25 @@ async def check_ports_free(plan: Plan, processes: list[ProcessSpec], launcher: L
     """Refuse to launch onto ports something else already listens on (it would pass the barrier)."""
     wanted = sorted({(p.node, p.host, port, p.name) for p in processes for port in p.ports})
     try:
+        tables = await _tables(launcher, sorted({node for node, *_ in wanted}))
+        ask = [w for w in wanted if (t := tables.get(w[0])) is None or listens(t, w[1], w[2])]
         results = await asyncio.gather(*(tcp_probe(host, port, 1.0, launcher.probe_runner(node))
-                                         for node, host, port, _ in wanted))
+                                         for node, host, port, _ in ask))
     finally:
         await launcher.close()
-    taken = [f"{node} {host}:{port} (wanted by {name})" for (node, host, port, name), r in zip(wanted, results)
+    taken = [f"{node} {host}:{port} (wanted by {name})" for (node, host, port, name), r in zip(ask, results)
              if r == "open"]
     if taken:
         raise AtomdeckError(f"port(s) already in use, nothing was launched: {'; '.join(taken)}. Stop what holds "
                             "them (an earlier run? `atomdeck runs`) or change ports.* in the recipe")
+
+
+async def _tables(launcher: Launcher, nodes: list[str]) -> dict[str, Table | None]:
+    """node -> its listening sockets, or None where the launcher cannot read them (then: connects)."""
+    table_for = getattr(launcher, "listen_table", None)
+    if table_for is None:
+        return {}
+    tables = {node: table_for(node) for node in nodes}
+    read = {id(t): t for t in tables.values()}  # the local launcher's nodes share one table: read it once
+    got = dict(zip(read, await asyncio.gather(*(t.read() for t in read.values()))))
+    return {node: got[id(t)] for node, t in tables.items()}
