@@ -1,9 +1,10 @@
 """Before a launch: refuse ports that something already listens on (that listener would pass the barrier).
 
-Where the launcher can read a node's table of listening sockets (`listen_table(node)`: local, one read for
-every node; ssh, one `ss` through the node's shell), only the ports the table lists get a connect, to confirm
-them as the barrier does; the others are free. At 128 local nodes that is one netlink read instead of 642
-connects in the console's loop. A node whose table cannot be read gets a connect per port, as before."""
+On the local launcher, whose nodes share this network namespace, one read of its table of listening sockets
+(netlink) says which ports are taken: only those get a connect, to confirm them as the barrier does; the others
+are free. At 128 local nodes that is one read instead of 642 connects in the console's loop. Elsewhere (ssh,
+Slurm) each port gets a connect, as before: reading a remote node's table would open an SSH connection per node
+before the launch opens its own, and wait for the SSH timeout on a node that does not answer."""
 
 from __future__ import annotations
 
@@ -35,9 +36,9 @@ async def check_ports_free(plan: Plan, processes: list[ProcessSpec], launcher: L
 
 
 async def _tables(launcher: Launcher, nodes: list[str]) -> dict[str, Table | None]:
-    """node -> its listening sockets, or None where the launcher cannot read them (then: connects)."""
+    """node -> its listening sockets (the local launcher's), or nothing (then: connects)."""
     table_for = getattr(launcher, "listen_table", None)
-    if table_for is None:
+    if table_for is None or getattr(launcher, "kind", "") != "local":
         return {}
     tables = {node: table_for(node) for node in nodes}
     read = {id(t): t for t in tables.values()}  # the local launcher's nodes share one table: read it once
