@@ -14,6 +14,7 @@ from ..config.errors import AtomdeckError
 from ..design.commands import ProcessSpec
 from ..design.plan import Plan
 from ..launch.base import Launcher
+from ..launch.local import LocalLauncher
 from ..remote.listening import Table, listens
 from ..remote.probes import tcp_probe
 
@@ -36,11 +37,9 @@ async def check_ports_free(plan: Plan, processes: list[ProcessSpec], launcher: L
 
 
 async def _tables(launcher: Launcher, nodes: list[str]) -> dict[str, Table | None]:
-    """node -> its listening sockets (the local launcher's), or nothing (then: connects)."""
-    table_for = getattr(launcher, "listen_table", None)
-    if table_for is None or getattr(launcher, "kind", "") != "local":
+    """node -> its listening sockets: on the local launcher one table serves every node; elsewhere nothing
+    (then: connects)."""
+    if not isinstance(launcher, LocalLauncher) or not nodes:
         return {}
-    tables = {node: table_for(node) for node in nodes}
-    read = {id(t): t for t in tables.values()}  # the local launcher's nodes share one table: read it once
-    got = dict(zip(read, await asyncio.gather(*(t.read() for t in read.values()))))
-    return {node: got[id(t)] for node, t in tables.items()}
+    table = await launcher.listen_table(nodes[0]).read()
+    return dict.fromkeys(nodes, table)

@@ -250,17 +250,11 @@ class Run:
 
     # ----------------------------------------------------------------------------------------- events
     def emit(self, e: Event) -> None:
-        changed = self.state.apply(e)
-        if changed and e.kind in PERSIST:
-            self.rd.append_events([e])
-        if changed:
-            self._changed.set()
-            for fn in list(self.listeners):
-                fn(e)
+        self.emit_many([e])
 
     def emit_many(self, events: builtins.list[Event]) -> None:
-        """emit() each, in order, with the ones kept appended to events.jsonl in one write (a launch's 129
-        'started' were 129 opens and writes in the loop); the listeners hear them once all are applied."""
+        """Apply each event in order; the ones that changed the state and are kept go to events.jsonl in one
+        write (a launch's 129 'started' were 129 opens and writes in the loop), then the listeners hear each."""
         changed = [e for e in events if self.state.apply(e)]
         self.rd.append_events([e for e in changed if e.kind in PERSIST])
         if changed:
