@@ -1,8 +1,11 @@
-"""`atomdeck` with a trace of where a key press waits (issue 19): run by `KEY_TRACE=FILE bench/console.py flood`.
+"""`atomdeck` with a trace of where a key press waits (issue 19): run by `KEY_TRACE=FILE bench/console.py flood` or
+`KEY_TRACE=FILE bench/scale_console.py`.
 
 Records time.monotonic() (CLOCK_MONOTONIC: the same clock in the bench and in the console) of each key event
 made by Textual's input thread (K), the log screen's wrap action (A: start, end, wrap state) and pulses (U),
-each screen update (F: layout, compositor and display), each App._display (D), and each pass of the cyclic GC (G: generation), each write and flush of
+the run view's cursor keys (A, wrap state None) and each panel's `show` (P: start, end, panel),
+each screen update (F: layout, compositor and display; whether it laid the screen out), each widget's
+`render_lines` (R: start, end, widget class, lines), each App._display (D), and each pass of the cyclic GC (G: generation), each write and flush of
 Textual's writer thread to the terminal (W: start, end, characters, "wrap on" / "wrap off" in it; L), written to
 $KEY_TRACE as JSON when the console exits. bench/console.py writes FILE.bench.json: (sent, shown) of each press.
 The file's name holds "atomdeck" so that bench/common.console_pid finds the process."""
@@ -13,18 +16,27 @@ import atexit
 import gc
 import json
 import os
+import signal
 import sys
 import threading
 import time
 
 from atomdeck.core.cli.main import main
 from atomdeck.tui.screens.logs import LogScreen
+from atomdeck.tui.widgets.barrier_grid import BarrierGrid
+from atomdeck.tui.widgets.process_table import ProcessTable
+from atomdeck.tui.widgets.run_panels import HandshakePanel, NodesPanel, RouterPanel, RunHeader, WhyPanel
+from atomdeck.tui.widgets.serving_panel import ServingPanel
+from atomdeck.tui.widgets.tail_panel import TailPanel
+from atomdeck.tui.widgets.vtable import VirtualTable
 from textual import events
 from textual.app import App
 from textual.drivers import _writer_thread
 from textual.screen import Screen
+from textual.widget import Widget
 
 RECORDS: list[tuple] = []
+RUN_PANELS = (HandshakePanel, NodesPanel, RouterPanel, RunHeader, WhyPanel)
 now = time.monotonic
 
 
@@ -52,7 +64,34 @@ events.Key.__init__ = _key
 _wrap(LogScreen, "action_wrap", lambda s, t0, t1: ("A", t0, t1, s.logview.wrap))
 _wrap(LogScreen, "run_updated", lambda s, t0, t1: ("U", t0, t1, s.received))
 _wrap(App, "_display", lambda s, t0, t1: ("D", t0, t1))
-_wrap(Screen, "_on_timer_update", lambda s, t0, t1: ("F", t0, t1))
+_wrap(VirtualTable, "action_cursor_down", lambda s, t0, t1: ("A", t0, t1, None))  # the run view's keys
+_wrap(VirtualTable, "action_cursor_up", lambda s, t0, t1: ("A", t0, t1, None))
+for _panel in (ProcessTable, BarrierGrid, TailPanel, ServingPanel, *RUN_PANELS):
+    _wrap(_panel, "show", lambda s, t0, t1: ("P", t0, t1, type(s).__name__))
+_on_timer_update = Screen._on_timer_update
+_render_lines = Widget.render_lines
+
+
+def _rendered(self, crop):
+    """Each widget's lines drawn for a frame (R: start, end, widget class, lines)."""
+    t = now()
+    out = _render_lines(self, crop)
+    RECORDS.append(("R", t, now(), type(self).__name__, len(out)))
+    return out
+
+
+Widget.render_lines = _rendered
+
+
+def _frame(self) -> None:
+    """A screen update (F: start, end, whether it laid the screen out, the main thread's CPU seconds in it)."""
+    t, cpu = now(), time.thread_time()
+    layout = bool(self._layout_required)
+    _on_timer_update(self)
+    RECORDS.append(("F", t, now(), layout, time.thread_time() - cpu))
+
+
+Screen._on_timer_update = _frame
 
 
 class _Timed:
@@ -102,6 +141,17 @@ _writer_thread.WriterThread.__init__ = _writer
 def _dump() -> None:
     with open(os.environ["KEY_TRACE"], "w") as f:
         json.dump(RECORDS, f)
+
+
+def _dump_and_die(signum: int, _frame) -> None:
+    """A console ended by its terminal going away (the bench kills tmux) writes its trace too."""
+    _dump()
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+
+
+signal.signal(signal.SIGHUP, _dump_and_die)
+signal.signal(signal.SIGTERM, _dump_and_die)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,9 @@
 """Where each key press of a traced flood run waited: `.venv/bin/python bench/key_trace_report.py FILE`
-(FILE from `KEY_TRACE=FILE bench/console.py flood`, see atomdeck_key_trace.py). One row a press, slowest last,
-in ms: sent -> the input thread's key event (to_key), -> the wrap action (key_to_action: the loop was busy),
+(FILE from `KEY_TRACE=FILE bench/console.py flood` or `KEY_TRACE=FILE bench/scale_console.py`, see
+atomdeck_key_trace.py). One row a press, slowest last,
+in ms: sent -> the input thread's key event (to_key), -> the wrap action or the run view's cursor move
+(key_to_action: the loop was busy; with the run view's panels drawn and the frames made meanwhile, and how
+many of those frames laid the screen out),
 the action, -> the start and the end of the frame that drew it, -> its write to the terminal starting (the
 writer thread's queue), the write, and -> the bench seeing it in tmux's output (tmux, the bench's reading)."""
 
@@ -14,17 +17,35 @@ import sys
 def report(path: str) -> list[dict]:
     rec = json.load(open(path))
     presses = json.load(open(path + ".bench.json"))
-    kind = {k: [r for r in rec if r[0] == k] for k in "KAWFDG"}
+    kind = {k: [r for r in rec if r[0] == k] for k in "KAWFDGP"}
     rows = []
-    for sent, shown in presses:
+    for press in presses:
+        sent, shown = press[0], press[1]
         key = next((r for r in kind["K"] if r[1] >= sent - 0.001), None)
         act = next((r for r in kind["A"] if r[1] >= sent), None)
         if key is None or act is None:
             continue
         frame = next((r for r in kind["F"] if r[2] >= act[2]), None)
-        write = next((r for r in kind["W"] if r[1] >= act[1] and (r[4] if act[3] else r[5])), None)
+        if act[3] is None:  # (the run view's cursor: the first write after the frame that drew it)
+            write = next((r for r in kind["W"] if frame and r[1] >= frame[2]), None)
+        else:  # (the log view's wrap: the write that says so)
+            write = next((r for r in kind["W"] if r[1] >= act[1] and (r[4] if act[3] else r[5])), None)
         ms = lambda a, b: round((b - a) * 1000, 1)  # noqa: E731
-        rows.append({"total": ms(sent, shown), "to_key": ms(sent, key[1]), "key_to_action": ms(key[1], act[1]),
+        # the run view's panels drawn between the key event and the action (the loop busy with them), by panel
+        def drawn(a: float, b: float) -> dict[str, float] | None:
+            out: dict[str, float] = {}
+            for r in kind["P"]:
+                if r[2] > a and r[1] < b:
+                    out[r[3]] = round(out.get(r[3], 0) + (min(r[2], b) - max(r[1], a)) * 1000, 1)
+            return out or None
+        frames = [r for r in kind["F"] if r[2] > key[1] and r[1] < act[1]]
+        rows.append({"total": ms(sent, shown), "phase": press[2] if len(press) > 2 else None,
+                     "to_key": ms(sent, key[1]), "key_to_action": ms(key[1], act[1]),
+                     "panels_before": drawn(key[1], act[1]),
+                     "panels_after": drawn(act[2], frame[1]) if frame else None,  # before the frame that drew it
+                     "frames_before": round(sum(min(f[2], act[1]) - max(f[1], key[1]) for f in frames) * 1000, 1),
+                     "layouts_before": sum(1 for f in frames if len(f) > 3 and f[3]),
+                     "frame_layout": frame[3] if frame and len(frame) > 3 else None,
                      "action": ms(act[1], act[2]),
                      "to_frame": ms(act[2], frame[1]) if frame else None,
                      "frame": ms(frame[1], frame[2]) if frame else None,
@@ -43,6 +64,6 @@ if __name__ == "__main__":
     for r in rows:
         print(r)
     for k in rows[0]:
-        vals = sorted(r[k] for r in rows if r[k] is not None)
+        vals = sorted(r[k] for r in rows if isinstance(r[k], (int, float)) and not isinstance(r[k], bool))
         if vals:
             print(f"{k:15} median {statistics.median(vals):6.1f}  p95 {vals[min(len(vals) - 1, int(len(vals) * .95))]:6.1f}")

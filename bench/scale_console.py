@@ -62,6 +62,7 @@ from common import (
 
 GOALS = {"key_p95_s": 0.05, "rss_mb": 300, "console_cpu_pct": 10}
 TITLE = re.compile(r"Last lines \S (\S+) on ")
+PRESSES: list[tuple[float, float, str]] = []  # (sent, shown, phase) of each cursor key: KEY_TRACE's FILE.bench.json
 
 
 def cluster_yaml(n: int) -> str:
@@ -161,7 +162,7 @@ def _summary(lat: list[float], missed: int) -> dict:
 
 
 def key_presses(term: Term, names: list[str], gap: float, rss: list[tuple[float, float]], procs: ConsoleProcs, *,
-                presses: int | None = None, until: Callable[[], bool] | None = None) -> dict:
+                presses: int | None = None, until: Callable[[], bool] | None = None, phase: str = "") -> dict:
     """Press keys that move the process table's cursor, each timed to the screen showing the process it
     brings (`press_shows`), `gap` seconds apart, sampling the RSS after each: `presses` times, or until
     `until()` says stop (asked before each press). Returns their summary (_summary)."""
@@ -176,6 +177,8 @@ def key_presses(term: Term, names: list[str], gap: float, rss: list[tuple[float,
                 missed += 1
             else:
                 lat.append(shown)
+                t = time.monotonic()
+                PRESSES.append((t - shown, t, phase))
         rss.append(procs.rss_mb())
         done += 1
         time.sleep(gap)
@@ -190,8 +193,11 @@ def scale(n: int = 128, speed: str = "20", serving_presses: int = 30, idle_s: fl
         (tmp / "scale-recipe.yaml").write_text(recipe_yaml(n, engines_nice, engines_cpus))
         out: dict = {"nodes": n, "processes": n + 1, "sim_speed": speed}
         rss: list[tuple[float, float]] = []
-        with console_in_tmux(tmp, f"{ATOMDECK} tui --cluster {tmp / 'scale.yaml'} --recipe {tmp / 'scale-recipe.yaml'}",
-                             ATOMDECK_SIM_SPEED=speed) as term:
+        trace = os.environ.get("KEY_TRACE")  # a file: where each key waited (bench/atomdeck_key_trace.py)
+        console = f"{sys.executable} {Path(__file__).parent / 'atomdeck_key_trace.py'}" if trace else str(ATOMDECK)
+        extra = {"KEY_TRACE": trace} if trace else {}
+        with console_in_tmux(tmp, f"{console} tui --cluster {tmp / 'scale.yaml'} --recipe {tmp / 'scale-recipe.yaml'}",
+                             ATOMDECK_SIM_SPEED=speed, **extra) as term:
             try:
                 return _measure(term, n, out, rss, serving_presses, idle_s, gap)
             except Exception as e:  # what was measured before it went wrong is kept, with the error
@@ -199,6 +205,12 @@ def scale(n: int = 128, speed: str = "20", serving_presses: int = 30, idle_s: fl
                     raise
                 out["error"] = f"{type(e).__name__}: {str(e).splitlines()[0]}"
                 return out
+            finally:
+                if trace:
+                    Path(trace + ".bench.json").write_text(json.dumps(PRESSES))
+                    t_end = time.monotonic() + 20  # the console writes its trace as it exits (after q)
+                    while not Path(trace).exists() and time.monotonic() < t_end:
+                        time.sleep(0.2)
 
 
 def _measure(term: Term, n: int, out: dict, rss: list[tuple[float, float]], serving_presses: int, idle_s: float,
@@ -233,7 +245,7 @@ def _measure(term: Term, n: int, out: dict, rss: list[tuple[float, float]], serv
         procs.find_watcher()
         return time.monotonic() - t_launch >= 600
 
-    out["key_coming_up"] = key_presses(term, names, gap, rss, procs, until=serving)
+    out["key_coming_up"] = key_presses(term, names, gap, rss, procs, until=serving, phase="coming up")
     if t_serving is None:
         raise RuntimeError(f"not serving after 600 s:\n{term.screen()}")
     out["launch_to_serving_s"] = round(t_serving - t_launch, 2)
@@ -248,14 +260,15 @@ def _measure(term: Term, n: int, out: dict, rss: list[tuple[float, float]], serv
     out["idle_serving_s"] = round(el, 1)
     out["console_cpu_pct"] = round(console_cpu, 1)
     out["watcher_cpu_pct"] = round(watcher_cpu, 1)
-    out["key_serving"] = key_presses(term, names, gap, rss, procs, presses=serving_presses)
+    out["key_serving"] = key_presses(term, names, gap, rss, procs, presses=serving_presses, phase="serving")
     print(json.dumps(out), file=sys.stderr, flush=True)
     # the same with the engines apart: the simulators at nice 19, the console and its watcher as they were
     out["apart_groups_reniced"] = renice_run(run_id, 19)
     console_cpu, watcher_cpu, el = idle_cpu(term, procs, idle_s, rss)
     out["apart_console_cpu_pct"] = round(console_cpu, 1)
     out["apart_watcher_cpu_pct"] = round(watcher_cpu, 1)
-    out["key_serving_apart"] = key_presses(term, names, gap, rss, procs, presses=serving_presses)
+    out["key_serving_apart"] = key_presses(term, names, gap, rss, procs, presses=serving_presses,
+                                           phase="serving apart")
     print(json.dumps(out), file=sys.stderr, flush=True)
     out["console_rss_max_mb"] = round(max(r[0] for r in rss), 1)
     out["watcher_rss_max_mb"] = round(max(r[1] for r in rss), 1)
