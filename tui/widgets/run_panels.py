@@ -13,12 +13,12 @@ from rich.style import Style
 from rich.table import Table
 from rich.text import Text
 from textual.content import Content
-from textual.widgets import Static
 
 from ...core.run.diagnose import Diagnosis
 from ...core.run.events import PAIR_STAGES, ROUTER_STAGES, CheckState, RunState
 from ..formatting import ago, words
 from ..logtext import clean
+from .line_static import LineStatic
 from .pair_matrix import pair_matrix
 from .quiet import update_quietly
 from .tail_panel import TailPanel  # noqa: F401 - the run view's panels, all importable from here
@@ -36,7 +36,7 @@ DIM = Style(dim=True)
 PALETTE = ("ok", "warning", "error", "info", "prefill", "decode", "worker", "router")
 
 
-class RunPanel(Static):
+class RunPanel(LineStatic):
     """A run view panel: `color(name)` is a severity's or a role's colour, from the theme's variables
     (an empty style for none, e.g. an unknown role)."""
 
