@@ -10,6 +10,7 @@ from rich.style import Style
 from textual import events
 from textual.screen import Screen
 
+from ..compositor import TightCompositor
 from ..widgets.context_bar import ContextBar
 
 if TYPE_CHECKING:
@@ -29,6 +30,7 @@ class ViewScreen(Screen):
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
+        self._compositor = TightCompositor()  # a frame draws only the widgets its changes touch
         self._app_styled_as: tuple | None = None  # the App's classes when this view was hidden
 
     def _app_style_key(self) -> tuple:
