@@ -224,6 +224,7 @@ class ConsoleApp(App[int]):
 
     def on_mount(self) -> None:
         self.set_interval(TICK_S, self.gc_steward.tick, name="gc-steward")
+        self.gc_steward.own_full_passes()
         keymap, problems = bindings.load_keymap(self.keymap_file)
         self.keymap = keymap
         if keymap:
