@@ -5,7 +5,9 @@ in ms: sent -> the input thread's key event (to_key), -> the wrap action or the 
 (key_to_action: the loop was busy; with the run view's panels drawn and the frames made meanwhile, and how
 many of those frames laid the screen out),
 the action, -> the start and the end of the frame that drew it, -> its write to the terminal starting (the
-writer thread's queue), the write, and -> the bench seeing it in tmux's output (tmux, the bench's reading)."""
+writer thread's queue), the write, and -> the bench seeing it in tmux's output (tmux, the bench's reading).
+`key_trace_report.py FILE --frames [PHASE]`: the console's frames, widget draws and GC passes per second while
+scale_console.py pressed the keys of PHASE ("coming up", "serving")."""
 
 from __future__ import annotations
 
@@ -59,7 +61,37 @@ def report(path: str) -> list[dict]:
     return sorted(rows, key=lambda r: r["total"])
 
 
+def frames(path: str, phase: str) -> list[str]:
+    """The console's drawing between the first and the last press of `phase` (scale_console.py: "coming up"): its
+    frames (wall and main-thread CPU, those that laid the screen out), each widget class's `render_lines` calls,
+    and the cyclic GC's passes by generation, per second of that span."""
+    rec = json.load(open(path))
+    presses = [p for p in json.load(open(path + ".bench.json")) if len(p) > 2 and p[2] == phase]
+    a, b = presses[0][0], presses[-1][1]
+    span = b - a
+    got = [r for r in rec if a <= r[1] <= b]
+    fr = [r for r in got if r[0] == "F"]
+    out = [f"{phase}: {span:.1f} s, {len(presses)} presses; per second of it:",
+           f"  frames {len(fr) / span:.1f}: wall {sum(r[2] - r[1] for r in fr) * 1000 / span:.0f} ms, CPU "
+           f"{sum(r[4] for r in fr if len(r) > 4) * 1000 / span:.0f} ms; laying out "
+           f"{sum(1 for r in fr if len(r) > 3 and r[3]) / span:.1f} of them"]
+    by: dict[str, list[float]] = {}
+    for r in got:
+        if r[0] == "R":
+            by.setdefault(r[3], []).append(r[2] - r[1])
+    for name, times in sorted(by.items(), key=lambda kv: -sum(kv[1]))[:12]:
+        out.append(f"  {name:20} {len(times) / span:5.1f} draws, {sum(times) * 1000 / span:5.1f} ms")
+    for gen in (0, 1, 2):
+        passes = [r[2] - r[1] for r in got if r[0] == "G" and r[3] == gen]
+        out.append(f"  GC generation {gen}: {len(passes) / span:5.2f} passes, {sum(passes) * 1000 / span:5.1f} ms"
+                   + (f" (longest {max(passes) * 1000:.0f} ms)" if passes else ""))
+    return out
+
+
 if __name__ == "__main__":
+    if len(sys.argv) > 2 and sys.argv[2] == "--frames":  # KEY_TRACE=FILE scale_console.py: where the CPU went
+        print("\n".join(frames(sys.argv[1], sys.argv[3] if len(sys.argv) > 3 else "coming up")))
+        sys.exit(0)
     rows = report(sys.argv[1])
     for r in rows:
         print(r)
