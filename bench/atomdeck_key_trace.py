@@ -5,7 +5,8 @@ Records time.monotonic() (CLOCK_MONOTONIC: the same clock in the bench and in th
 made by Textual's input thread (K), the log screen's wrap action (A: start, end, wrap state) and pulses (U),
 the run view's cursor keys (A, wrap state None) and each panel's `show` (P: start, end, panel),
 each screen update (F: layout, compositor and display; whether it laid the screen out), each widget's
-`render_lines` (R: start, end, widget class, lines), each App._display (D), and each pass of the cyclic GC (G: generation), each write and flush of
+`render_lines` (R: start, end, widget class, lines), each watcher message parsed (J: bytes) and folded
+(M: events, lines), each App._display (D), and each pass of the cyclic GC (G: generation), each write and flush of
 Textual's writer thread to the terminal (W: start, end, characters, "wrap on" / "wrap off" in it; L), written to
 $KEY_TRACE as JSON when the console exits. bench/console.py writes FILE.bench.json: (sent, shown) of each press.
 The file's name holds "atomdeck" so that bench/common.console_pid finds the process."""
@@ -22,7 +23,9 @@ import threading
 import time
 
 from atomdeck.core.cli.main import main
+from atomdeck.tui import watch_client
 from atomdeck.tui.screens.logs import LogScreen
+from atomdeck.tui.watch_client import WatchProcess
 from atomdeck.tui.widgets.barrier_grid import BarrierGrid
 from atomdeck.tui.widgets.process_table import ProcessTable
 from atomdeck.tui.widgets.run_panels import HandshakePanel, NodesPanel, RouterPanel, RunHeader, WhyPanel
@@ -68,6 +71,34 @@ _wrap(VirtualTable, "action_cursor_down", lambda s, t0, t1: ("A", t0, t1, None))
 _wrap(VirtualTable, "action_cursor_up", lambda s, t0, t1: ("A", t0, t1, None))
 for _panel in (ProcessTable, BarrierGrid, TailPanel, ServingPanel, *RUN_PANELS):
     _wrap(_panel, "show", lambda s, t0, t1: ("P", t0, t1, type(s).__name__))
+_handle = WatchProcess.handle
+
+
+def _handled(self, msg: dict) -> None:
+    """Each message of the watcher folded into the console's state (M: start, end, events, lines)."""
+    t = now()
+    _handle(self, msg)
+    RECORDS.append(("M", t, now(), len(msg.get("e", ())), sum(len(lines) for _, lines in msg.get("l", ()))))
+
+
+WatchProcess.handle = _handled
+
+
+class _TimedJson:
+    """watch_client's json module with `loads` timed (J: start, end, bytes): a report line is parsed in the loop."""
+
+    def __getattr__(self, name: str):
+        return getattr(json, name)
+
+    @staticmethod
+    def loads(text, *args, **kwargs):
+        t = now()
+        out = json.loads(text, *args, **kwargs)
+        RECORDS.append(("J", t, now(), len(text)))
+        return out
+
+
+watch_client.json = _TimedJson()  # type: ignore[assignment]
 _on_timer_update = Screen._on_timer_update
 _render_lines = Widget.render_lines
 

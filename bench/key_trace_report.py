@@ -19,7 +19,7 @@ import sys
 def report(path: str) -> list[dict]:
     rec = json.load(open(path))
     presses = json.load(open(path + ".bench.json"))
-    kind = {k: [r for r in rec if r[0] == k] for k in "KAWFDGP"}
+    kind = {k: [r for r in rec if r[0] == k] for k in "KAWFDGPJM"}
     rows = []
     for press in presses:
         sent, shown = press[0], press[1]
@@ -46,6 +46,9 @@ def report(path: str) -> list[dict]:
                      "panels_before": drawn(key[1], act[1]),
                      "panels_after": drawn(act[2], frame[1]) if frame else None,  # before the frame that drew it
                      "frames_before": round(sum(min(f[2], act[1]) - max(f[1], key[1]) for f in frames) * 1000, 1),
+                     # the watcher's messages parsed and folded meanwhile
+                     "messages_before": round(sum(min(m[2], act[1]) - max(m[1], key[1]) for m in kind["J"] + kind["M"]
+                                                  if m[2] > key[1] and m[1] < act[1]) * 1000, 1),
                      "layouts_before": sum(1 for f in frames if len(f) > 3 and f[3]),
                      "frame_layout": frame[3] if frame and len(frame) > 3 else None,
                      "action": ms(act[1], act[2]),
@@ -81,6 +84,13 @@ def frames(path: str, phase: str) -> list[str]:
             by.setdefault(r[3], []).append(r[2] - r[1])
     for name, times in sorted(by.items(), key=lambda kv: -sum(kv[1]))[:12]:
         out.append(f"  {name:20} {len(times) / span:5.1f} draws, {sum(times) * 1000 / span:5.1f} ms")
+    parsed = [r for r in got if r[0] == "J"]
+    folded = [r for r in got if r[0] == "M"]
+    if parsed or folded:
+        out.append(f"  watcher messages {len(folded) / span:.1f}: parsed {sum(r[2] - r[1] for r in parsed) * 1000 / span:.1f} ms "
+                   f"({sum(r[3] for r in parsed) / span / 1000:.0f} KB), folded {sum(r[2] - r[1] for r in folded) * 1000 / span:.1f} ms "
+                   f"({sum(r[3] for r in folded) / span:.0f} events); longest "
+                   f"{max((r[2] - r[1] for r in parsed + folded), default=0) * 1000:.0f} ms")
     for gen in (0, 1, 2):
         passes = [r[2] - r[1] for r in got if r[0] == "G" and r[3] == gen]
         out.append(f"  GC generation {gen}: {len(passes) / span:5.2f} passes, {sum(passes) * 1000 / span:5.1f} ms"
