@@ -20,6 +20,10 @@ if TYPE_CHECKING:
 
 LIMIT = 64 * 1024 * 1024  # one report line (the watcher keeps them near a megabyte)
 KEEP_LAST = 20  # ProcState.last_lines holds this many
+# Events of one report folded in one turn of the loop; a key pressed meanwhile goes between two slices. While
+# 128 nodes come up one report can hold thousands (the pairs of a 64P64D run move 4,096 at a time): folding
+# 2,310 at once took 80 ms (bench/atomdeck_key_trace.py), and a key waited for all of them.
+FOLD_SLICE = 256
 
 
 class WatchProcess:
@@ -35,6 +39,7 @@ class WatchProcess:
         self.wanted: set[str] | None = None
         self.on_from: Callable[[str, int], None] | None = None  # (process, offset): its every line from there
         self.on_count: Callable[[str, int], None] | None = None  # (process, lines) it logged, not sent
+        self.slices = 0  # slices of a report's events folded with the loop let go after them (tests)
 
     @property
     def pid(self) -> int | None:
@@ -66,7 +71,7 @@ class WatchProcess:
                 msg = json.loads(line)
             except ValueError:
                 continue
-            self.handle(msg)
+            await self.handle_sliced(msg)
         code = await self.proc.wait()
         if code not in (0, -15) and not self.error:
             try:
@@ -110,6 +115,21 @@ class WatchProcess:
             self.stopping.set()
         if "error" in msg:
             self.error = str(msg["error"])
+
+    async def handle_sliced(self, msg: dict) -> None:
+        """`handle`, with a report's events folded FOLD_SLICE at a time, the loop free between slices (in order:
+        the rest of the report, its lines and flags, after its last events, as handle does)."""
+        events = msg.get("e") or ()
+        if len(events) <= FOLD_SLICE or "ready" in msg:
+            self.handle(msg)
+            return
+        last = (len(events) - 1) // FOLD_SLICE * FOLD_SLICE  # where the last slice starts
+        for start in range(0, last, FOLD_SLICE):
+            for e in events[start:start + FOLD_SLICE]:
+                self._fold(self._event(e))
+            self.slices += 1
+            await asyncio.sleep(0)
+        self.handle({**msg, "e": events[last:]})
 
     def want(self, names: set[str]) -> None:
         """Ask for every line of these processes (and only counts and last lines of the others); the

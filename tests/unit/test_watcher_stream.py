@@ -131,3 +131,43 @@ def test_a_watcher_that_sends_event_strings_is_still_read():
     e = Event("pair", "prefill-0>decode-0", "both_registered", "both", t=5.0)
     console.handle({"e": [e.to_json()], "l": [], "t": 5.0})
     assert console.run.state.pairs["prefill-0>decode-0"].stage == "both_registered"
+
+
+async def test_a_big_report_is_folded_in_slices_with_the_loop_free_between(monkeypatch):
+    """A report of many events (the pairs of a 64P64D run move 4,096 at a time) is folded a slice at a time, and
+    other tasks (a key press) run between slices; the state at the end is the one `handle` makes, and the
+    report's flags come after its last event."""
+    import asyncio
+
+    from atomdeck.tui import watch_client
+
+    monkeypatch.setattr(watch_client, "FOLD_SLICE", 16)
+    events = [json.loads(Event("pair", f"{p}>{d}", stage, "", t=5.0 + i * 0.001).to_json())
+              for i, (stage, (p, d)) in enumerate((s, pr) for s in ("both_registered", "ports_reachable")
+                                                  for pr in PAIRS)]
+    msg = {"e": events, "l": [], "t": 6.0, "stopping": True}
+    whole = WatchProcess(ConsoleRun(fresh()))  # type: ignore[arg-type]
+    whole.handle(msg)
+    sliced = WatchProcess(ConsoleRun(fresh()))  # type: ignore[arg-type]
+    seen: list[Event] = []
+    sliced.run.listeners.append(seen.append)
+    between: list[tuple[int, bool]] = []  # (events folded, stopping told) each time the other task ran
+    done = False
+
+    async def other() -> None:
+        while not done:
+            between.append((len(seen), sliced.stopping.is_set()))
+            await asyncio.sleep(0)
+
+    task = asyncio.create_task(other())
+    await asyncio.sleep(0)
+    await sliced.handle_sliced(msg)
+    done = True
+    await task
+    assert len(seen) == len(events) == 128
+    partial = [b for b in between if 0 < b[0] < len(events)]
+    assert len(partial) >= 7 and sliced.slices == 7  # 128 events in slices of 16: the loop let go 7 times
+    assert not any(told for _, told in partial)  # "stopping" after the last event, as handle tells it
+    assert sliced.stopping.is_set()
+    for key, pr in whole.run.state.pairs.items():
+        assert sliced.run.state.pairs[key].stage == pr.stage == "ports_reachable"
