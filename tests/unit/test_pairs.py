@@ -68,3 +68,31 @@ def test_at_most_runs_n_jobs_at_a_time_and_raises_only_after_all_ended():
     with pytest.raises(RuntimeError, match="probe failed"):
         asyncio.run(at_most(3, [job(i) for i in range(10)]))
     assert most == 3 and sorted(ended) == list(range(10))
+
+
+def test_at_most_cancelled_leaves_no_job_unawaited():
+    """A teardown cancels the probes while some still wait for their turn: those are closed, not left for the
+    garbage collector to warn about ("coroutine ... was never awaited", seen once in a lab run's teardown)."""
+    import asyncio
+    import gc
+    import warnings
+
+    from atomdeck.core.run.watchers.pairs import at_most
+
+    async def probe() -> None:
+        await asyncio.sleep(10)
+
+    async def cancelled() -> None:
+        task = asyncio.ensure_future(at_most(1, [probe() for _ in range(3)]))  # noqa: RUF006
+        await asyncio.sleep(0.05)
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            pass
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        asyncio.run(cancelled())
+        gc.collect()
+    assert not [w for w in seen if "never awaited" in str(w.message)]

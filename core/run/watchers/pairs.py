@@ -39,8 +39,11 @@ async def at_most(n: int, jobs: list[Coroutine]) -> None:
     gate = asyncio.Semaphore(n)
 
     async def one(job: Coroutine) -> None:
-        async with gate:
-            await job
+        try:
+            async with gate:
+                await job
+        finally:
+            job.close()  # (cancelled while it waited for the gate: never started, closed without a warning)
 
     errors = [e for e in await asyncio.gather(*(one(j) for j in jobs), return_exceptions=True) if e is not None]
     if errors:
