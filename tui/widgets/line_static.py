@@ -52,7 +52,7 @@ class LineStatic(Static):
         self._kept = self._line_strips if look == self._line_look else {}
         self._line_strips, self._line_look = {}, look
         self._lines = enumerate(visual.split("\n", allow_blank=True))
-        self._filling: list[Strip] = []
+        self._filling = []
         self._render_cache = _RenderCache(self.size, self._filling)  # filled as far as rows are asked for (render_line)
         self._dirty_regions.clear()
 
@@ -81,6 +81,7 @@ class LineStatic(Static):
                 strips.extend(got[:height - len(strips)])
             if len(strips) >= height or len(strips) <= y:  # (every row drawn: the lines left are not shown)
                 self._lines = None
+                self._kept = {}  # (the draw before's strips: the lines still the same are in _line_strips now)
         return super().render_line(y)
 
     def _draw_line(self, line: Content, y: int, width: int, style: VisualStyle) -> list[Strip]:
