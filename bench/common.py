@@ -81,6 +81,13 @@ class Term:
         self.control: subprocess.Popen | None = None
         self._pending = 0  # commands written to the control client whose %end (or %error) is not read yet
         self._partial = b""  # the control client's last line, not complete yet
+        # press_until: how each press was seen (in the pane's output, or in a capture of the screen); the
+        # output is matched as text (escapes decoded, terminal sequences dropped) unless raw_stream, and the
+        # screen captured every capture_every seconds meanwhile (None: the caller's `every`)
+        self.matched = {"stream": 0, "capture": 0}
+        self.raw_stream = os.environ.get("BENCH_RAW_STREAM") == "1"
+        self.capture_every: float | None = (float(os.environ["BENCH_CAPTURE_EVERY"])
+                                            if os.environ.get("BENCH_CAPTURE_EVERY") else None)
 
     def __call__(self, *args: str) -> str:
         env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
@@ -118,6 +125,11 @@ class Term:
         for k in keys:
             self("send-keys", "-t", "s", k)
             time.sleep(0.2)
+
+    def server_pid(self) -> int | None:
+        """The tmux server's PID (its CPU: what our pane's output and the bench's captures cost it)."""
+        out = self("display-message", "-p", "-t", "s", "#{pid}").strip()
+        return int(out) if out.isdigit() else None
 
     def pane_pid(self) -> int:
         return int(self("display-message", "-p", "-t", "s", "#{pane_pid}").strip())
@@ -179,14 +191,17 @@ class Term:
         self.send_control(key)
         seen = ""
         captured = t0
+        every = self.capture_every if self.capture_every is not None else every
         while time.monotonic() - t0 < timeout:
             if self._waiting(every):
                 seen = (seen + self._read())[-16384:]
-                if self._pending == 0 and pattern.search(seen):
+                if self._pending == 0 and pattern.search(seen if self.raw_stream else pane_text(seen)):
+                    self.matched["stream"] += 1
                     return time.monotonic() - t0
             if self._pending == 0 and time.monotonic() - captured >= every:
                 captured = time.monotonic()
                 if len(pattern.findall(self.screen())) > before:
+                    self.matched["capture"] += 1
                     return time.monotonic() - t0
         raise NotShown(f"no output matching {pattern.pattern} within {timeout}s ({self._pending} key(s) not "
                        f"delivered yet; the last output after it: {seen[-300:]!r})")
@@ -225,6 +240,19 @@ class Term:
         self._close_control()
         self("kill-server")
         (Path(f"/tmp/tmux-{os.getuid()}") / self.sock).unlink(missing_ok=True)
+
+
+_OCTAL = re.compile(r"\\([0-7]{3})")
+# CSI (colours, cursor moves, modes), OSC (ended by BEL or ST), charset choices, the two-character escapes
+_SEQUENCE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[()*+].|[@-_])")
+
+
+def pane_text(output: str) -> str:
+    """The text a pane printed, from control-mode "%output %N ..." lines: tmux's octal escapes decoded and
+    the terminal's sequences dropped, so a line that a redraw wrote in one piece with colours in between
+    reads as it shows ("· s012 on "). Cursor moves are dropped too: pieces written apart may run together."""
+    text = "".join(line.split(" ", 2)[2] if line.count(" ") >= 2 else "" for line in output.split("\n"))
+    return _SEQUENCE.sub("", _OCTAL.sub(lambda m: chr(int(m.group(1), 8)), text))
 
 
 def send_keys(key: str) -> bytes:

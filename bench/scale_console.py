@@ -40,6 +40,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import resource
 import statistics
 import sys
 import tempfile
@@ -53,6 +54,7 @@ from common import (
     NotShown,
     Term,
     console_in_tmux,
+    cpu_s,
     pct,
     renice_run,
     save,
@@ -154,6 +156,21 @@ def launching_keys(term: Term, gap: float = 0.25) -> dict:
     return _summary(lat, missed)
 
 
+def cpu_shares(term: Term, procs: ConsoleProcs, since: dict | None = None) -> dict:
+    """CPU seconds so far of the console, its watcher, the tmux server and this bench (itself and the
+    children it waited for: tmux clients), and the machine's busy CPU (/proc/stat); with `since` (an earlier
+    call's result) each one's share since then in % of a core instead, and the seconds between."""
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    ticks = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    now = {"console": cpu_s(procs.console), "watcher": cpu_s(procs.watcher), "tmux": cpu_s(term.server_pid()),
+           "bench": me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime,
+           "machine": (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK"), "t": time.monotonic()}
+    if since is None:
+        return now
+    el = now["t"] - since["t"]
+    return {**{k: round(100 * (now[k] - since[k]) / el, 1) for k in now if k != "t"}, "seconds": round(el, 1)}
+
+
 def _summary(lat: list[float], missed: int) -> dict:
     if not lat:
         return {"presses": 0, "missed": missed}
@@ -245,7 +262,11 @@ def _measure(term: Term, n: int, out: dict, rss: list[tuple[float, float]], serv
         procs.find_watcher()
         return time.monotonic() - t_launch >= 600
 
+    procs.find_watcher()
+    mark = cpu_shares(term, procs)
     out["key_coming_up"] = key_presses(term, names, gap, rss, procs, until=serving, phase="coming up")
+    out["coming_up_cpu_pct"] = cpu_shares(term, procs, mark)
+    out["matched_coming_up"] = dict(term.matched)
     if t_serving is None:
         raise RuntimeError(f"not serving after 600 s:\n{term.screen()}")
     out["launch_to_serving_s"] = round(t_serving - t_launch, 2)
