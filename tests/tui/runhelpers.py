@@ -83,7 +83,7 @@ async def attached_scale(pilot: Pilot, redraw: bool = False):
 
 async def pulse(screen, pilot: Pilot) -> None:
     """The pulse after a state change, not deferred behind the previous redraw's cost, and until it is drawn: a
-    run of SPREAD_FROM processes or more draws a change over a few frames (screens/run.py _spread)."""
+    run of SPREAD_FROM processes or more draws a change over a few frames (screens/run_pacing.py _spread)."""
     screen.next_redraw_at = 0.0
     screen.run_updated()
     live = pilot.app.live

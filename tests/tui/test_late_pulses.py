@@ -8,7 +8,8 @@ from __future__ import annotations
 import time
 
 from atomdeck.tui.screens.logs import LogScreen
-from atomdeck.tui.screens.run import TAIL_EVERY_S, RunScreen
+from atomdeck.tui.screens.run import RunScreen
+from atomdeck.tui.screens.run_pacing import TAIL_EVERY_S
 from atomdeck.tui.screens.teardown import TeardownScreen
 from atomdeck.tui.widgets.log_lines import LogLines
 from atomdeck.tui.widgets.process_table import ProcessTable

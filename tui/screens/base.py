@@ -4,6 +4,7 @@ at once when the view is on top, on resume when it was hidden (a hidden view doe
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, cast
 
 from rich.style import Style
@@ -32,6 +33,16 @@ class ViewScreen(Screen):
         super().__init__(*args, **kwargs)
         self._compositor = TightCompositor()  # a frame draws only the widgets its changes touch
         self._app_styled_as: tuple | None = None  # the App's classes when this view was hidden
+        self.frames_s = 0.0  # wall time of this view's frames so far (_on_timer_update)
+
+    def _on_timer_update(self) -> None:
+        # Textual's frame: layout if asked, the widgets' lines, the update handed to the terminal's writer. Its
+        # wall time is summed, for a view that spaces its own redraws by what drawing costs (the run view)
+        started = time.perf_counter()
+        try:
+            super()._on_timer_update()
+        finally:
+            self.frames_s += time.perf_counter() - started
 
     def _app_style_key(self) -> tuple:
         return frozenset(self.app.pseudo_classes), frozenset(self.app.classes)

@@ -1,5 +1,3 @@
-# Long file: the run view draws every panel from one place (which part of the state each panel shows, and
-# a large run's redraw spread over frames so keys go between its panels); the panels live in widgets/.
 """Run: the attached deployment as core sees it. Processes with their stage and time in stage, the
 barrier grid with the blocking cells marked, the one-line diagnosis (always on screen), the router
 and its checks, the Mooncake handshake per pair, node health, and the last lines of the process
@@ -7,15 +5,13 @@ under the cursor. Enter opens a log; D tears the run down (asks first)."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 from textual.app import ComposeResult
 from textual.containers import Container, Vertical, VerticalScroll
 from textual.markup import escape
-from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from ...core.run.diagnose import diagnose
@@ -38,7 +34,7 @@ from ..widgets.run_panels import (
 )
 from ..widgets.serving_panel import ServingPanel
 from ..widgets.vtable import VirtualTable
-from .base import ViewScreen
+from .run_pacing import REDRAW_SHARE, PacedRunView
 
 if TYPE_CHECKING:
     from ..app import ConsoleApp
@@ -46,24 +42,10 @@ if TYPE_CHECKING:
 
 WIDE = 140  # at this width and more the router/handshake/nodes panels sit beside the tables
 TAIL_LINES = 20
-TAIL_EVERY_S = 0.25
-REDRAW_SHARE = 0.25  # at most this share of the event loop goes to redrawing after state changes
-UNDER_DIALOG_S = 1.0  # a pulse redraws the run view under a dialog at most this often
 ALL_PARTS = frozenset(("procs", "cells", "pairs", "checks", "conns", "metrics", "run"))
-# The clock's redraw goes one panel per frame: a panel is drawn, the frame with its changed lines goes out,
-# then the next panel. A key pressed meanwhile waits behind one panel's drawing and one panel's frame, not
-# the whole redraw and the frame of all of it (at 128 nodes ~40 ms each). A frame not out after this long
-# (the screen covered, a frozen loop): the next panel anyway.
-CLOCK_STEP_S = 0.1
-# A state change's redraw of a run this large is spread the same way: at 128 nodes a change while the run
-# comes up redraws the process table, the barrier grid and the handshake matrix (~30-60 ms together on this
-# machine), and a key pressed then waited behind all of them and their frame. Smaller runs draw a change in
-# one turn (it costs a few ms, and tests and the pulse read the screen right after it).
-SPREAD_FROM = 32  # processes
 # While the run comes up its panels keep their highest line count (RunPanel.keep_rows): the screen is not
 # re-laid out each time the diagnosis or the handshake panel gains or loses a line. Released at serving.
 COMING_UP = ("launching", "starting")
-FRAME_ASK_TURNS = 8  # loop turns a panel's repaint may take to reach the screen (_frame_out)
 
 
 def run_context(app: ConsoleApp) -> str:
@@ -76,35 +58,18 @@ def run_context(app: ConsoleApp) -> str:
             f"[b]{escape(run.cluster.name)}[/b] · {escape(run.cluster.launcher)}")
 
 
-class RunScreen(ViewScreen):
+class RunScreen(PacedRunView):
     VIEW = "run"
     BINDINGS = bindings.RUN
 
     def __init__(self) -> None:
         super().__init__()
-        self.shown: LiveRun | None = None
-        self.drawn_version = -1
         self.metrics_drawn = -1  # the LiveRun's metrics_version the Serving panel shows
-        self.tail_drawn_at = 0.0
         self.tail_name: str | None = None
         self.culprit: str | None = None
         self.drawn_changes: dict[str, int] = {}  # LiveRun.changes as last drawn
         self.redraws: dict[str, int] = {}  # panel -> times redrawn (tests: which events redraw what)
-        self.redraw_cost = 0.0  # seconds the last full redraw took
-        self.next_redraw_at = 0.0  # redraws are spaced so they never take more than REDRAW_SHARE of the loop
-        self._deferred = False
-        self.under_dialog_at = 0.0  # when a pulse last drew it under a dialog
         self._pairs_timer = False  # a timer will draw the pairs' change the panel's rate held back
-        self.redraw_gen = 0  # redraws started: a spread clock redraw sees another one ran between its turns
-        self._clock_busy = False  # a spread redraw is under way (over loop turns: _spread)
-        self.clock_turns: list[list[str]] = []  # tests: the panels each turn of the last spread clock redraw drew
-        self.change_turns: list[list[str]] = []  # tests: the same, of the last spread redraw of a state change
-        self.spread_changes = 0  # state changes drawn spread (a large run: SPREAD_FROM)
-        self._change_pending = False  # a state change came while a spread redraw was under way
-
-    @property
-    def console(self) -> ConsoleApp:
-        return cast("ConsoleApp", self.app)
 
     def compose(self) -> ComposeResult:
         yield ContextBar()
@@ -151,144 +116,8 @@ class RunScreen(ViewScreen):
     def on_screen_resume(self) -> None:
         self.redraw()
 
-    def _visible(self) -> bool:
-        """On top, or under dialogs only."""
-        for screen in reversed(self.app.screen_stack):
-            if screen is self:
-                return True
-            if not isinstance(screen, ModalScreen):
-                return False
-        return False
-
     def on_resize(self) -> None:
         self.set_class(self.size.width >= WIDE, "-wide")
-
-    def run_updated(self) -> None:
-        """The pulse: everything after a state change; after new log lines only the last-lines
-        panel, at most four times a second (under a flood that is what keeps the console light). Under a
-        dialog (the teardown's, dimmed below it) at most once every UNDER_DIALOG_S besides its clock, and
-        whole by on_screen_resume when the dialog goes: at 128 nodes its redraws at every pulse while the
-        cells closed took half the console's CPU in a teardown (bench/console_scale_keys.py teardown)."""
-        if self.app.screen is not self:
-            if self._held_until(self.under_dialog_at + UNDER_DIALOG_S):
-                return
-            self.under_dialog_at = time.monotonic()
-        live = self.console.live
-        if live is None or live is not self.shown or live.version != self.drawn_version:
-            # the last redraw was costly: keys get the loop first, the change is drawn a bit later
-            if live is not None and live is self.shown and self._held_until(self.next_redraw_at):
-                return
-            if self._spreads(live):
-                # a large run's change, one panel per frame; one at a time (no pulse follows a change that
-                # arrives meanwhile: _spread draws it when the one under way ends)
-                if self._clock_busy:
-                    self._change_pending = True  # drawn when the one under way ends (_spread)
-                else:
-                    self._clock_busy = True  # (now: a second change before the worker starts waits for it)
-                    self.run_worker(self._spread_claimed(clock=False), group="run-redraw", exit_on_error=True)
-                return
-            self.redraw()
-            return
-        now = time.monotonic()
-        if now - self.tail_drawn_at >= TAIL_EVERY_S:
-            self._draw_tail()
-
-    def _spreads(self, live: LiveRun | None) -> bool:
-        """A state change of this run is drawn spread over frames (the run shown, SPREAD_FROM processes or more)."""
-        return live is not None and live is self.shown and len(live.state.procs) >= SPREAD_FROM
-
-    def tick(self) -> None:
-        """The clock, every second: only what depends on the time (times in stage, "up", the durations
-        in the diagnosis) and the live metrics. Panels that draw only the state (the router, the top
-        bar, the last lines) wait for its version to change; the others redraw a cell only if its text
-        changed, without a layout pass unless its width did."""
-        live = self.console.live
-        if live is None or live is not self.shown or live.version != self.drawn_version:
-            self.redraw()
-        else:
-            self.redraw(clock=True)
-
-    async def _clock(self) -> None:
-        """The clock's timer: as tick, but a clock redraw is drawn one panel per frame (a key waits behind one
-        panel's drawing and its frame, not the whole redraw's: CLOCK_STEP_S). Another run or a view
-        covering this one ends it; a redraw in between (a scrape, a state change) leaves the panels after it to
-        be drawn as of then (_redraw_steps)."""
-        live = self.console.live
-        if live is None or live is not self.shown or live.version != self.drawn_version:
-            if self._clock_busy:
-                self._change_pending = True
-            elif self._spreads(live):
-                await self._spread(clock=False)
-            else:
-                self.redraw()
-            return
-        await self._spread(clock=True)
-
-    async def _spread(self, clock: bool) -> None:
-        """A redraw (the clock's, or a large run's state change), one turn per frame (_redraw_steps)."""
-        if self._clock_busy:
-            return  # (the last one is still going: a slow loop; the next clock or pulse draws what is left)
-        self._clock_busy = True
-        await self._spread_claimed(clock)
-
-    async def _spread_claimed(self, clock: bool) -> None:
-        try:
-            if not clock:
-                self.spread_changes += 1
-            steps = self._redraw_steps(clock=clock)
-            turns: list[list[str]] = []
-            turn: list[str] = []
-            for panel in steps:
-                if panel == "":  # the end of a turn
-                    turns.append(turn)
-                    turn = []
-                    await self._frame_out()
-                    if self.console.live is not self.shown or not self.is_mounted or not self._visible():
-                        steps.close()  # another run, or covered: what is shown next is drawn whole
-                        break
-                else:
-                    turn.append(panel)
-            if turn:
-                turns.append(turn)
-            if clock:
-                self.clock_turns = turns
-            else:
-                self.change_turns = turns
-        finally:
-            self._clock_busy = False
-        if self._change_pending and self.is_mounted:  # a change came while this one was drawn (no pulse follows)
-            self._change_pending = False
-            self.run_updated()
-
-    async def _frame_out(self) -> None:
-        """Until the screen's next frame went out (at most CLOCK_STEP_S), then one more loop turn (a key
-        that came meanwhile goes first). A panel asks for its repaint in its own task (its idle posts the screen
-        an update), and a wait for the refresh asked before that reaches the screen ends at once, before the
-        panel's frame: so first a few loop turns until the screen has something to draw (none if the panel's
-        change is scrolled away)."""
-        for _ in range(FRAME_ASK_TURNS):
-            if self._layout_required or self._repaint_required or self._dirty_widgets:
-                break
-            await asyncio.sleep(0)
-        try:
-            await asyncio.wait_for(self.wait_for_refresh(), CLOCK_STEP_S)
-        except TimeoutError:
-            pass
-        await asyncio.sleep(0)
-
-    def _held_until(self, at: float) -> bool:
-        """Whether a pulse now must wait until `at`; if so, one timer then brings it again (_redraw_deferred)."""
-        now = time.monotonic()
-        if now >= at:
-            return False
-        if not self._deferred:
-            self._deferred = True
-            self.set_timer(at - now, self._redraw_deferred)
-        return True
-
-    def _redraw_deferred(self) -> None:
-        self._deferred = False
-        self.run_updated()
 
     def _dirty(self, live: LiveRun, clock: bool) -> frozenset[str]:
         """The parts of the state changed since the last redraw (all of them for a new run, or a
@@ -318,6 +147,7 @@ class RunScreen(ViewScreen):
             return  # (a log view covers it: on_screen_resume draws it again)
         self.redraw_gen += 1
         gen = self.redraw_gen
+        self.frames_mark = self.frames_s
         app = self.console
         live = app.live
         if live is not self.shown:
@@ -420,7 +250,8 @@ class RunScreen(ViewScreen):
             self._draw_tail()
         cost += time.perf_counter() - started
         self.redraw_cost = cost
-        self.next_redraw_at = time.monotonic() + cost * (1 - REDRAW_SHARE) / REDRAW_SHARE
+        self.redrawn_at = time.monotonic()
+        self.next_redraw_at = self.redrawn_at + cost * (1 - REDRAW_SHARE) / REDRAW_SHARE
 
     def _panels(self) -> list[RunPanel]:
         panels = self.__dict__.get("_run_panels")
