@@ -9,11 +9,12 @@ The races that made a watcher outlive its console (a cancellation lost in asynci
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 
 import pytest
 from atomdeck.core.run.run import Run
-from atomdeck.tui.watch_client import WatchProcess
+from atomdeck.tui.watch_client import WATCHER_NICE, WatchProcess
 
 from .conftest import FLOOD, until, workspace
 
@@ -38,6 +39,9 @@ def test_the_watcher_exits_whole_while_a_flooding_run_serves(runs, how):
             await until(lambda: all(p.last_lines for p in mine.state.procs.values() if p.role != "router"),
                         "the workers' lines through the watcher")
             assert watcher.proc is not None
+            # it yields to the console (WATCHER_NICE; the kernel's range ends at 19)
+            nice = os.getpriority(os.PRIO_PROCESS, 0)
+            assert os.getpriority(os.PRIO_PROCESS, watcher.proc.pid) == min(19, nice + WATCHER_NICE)
             if how == "SIGTERM":
                 watcher.proc.send_signal(signal.SIGTERM)
             else:
