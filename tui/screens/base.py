@@ -37,7 +37,9 @@ class ViewScreen(Screen):
 
     def _on_timer_update(self) -> None:
         # Textual's frame: layout if asked, the widgets' lines, the update handed to the terminal's writer. Its
-        # wall time is summed, for a view that spaces its own redraws by what drawing costs (the run view)
+        # wall time is summed, for a view that spaces its own redraws by what drawing costs (the run view). This
+        # overrides Textual's private Screen._on_timer_update: if an upgrade renames it, frames_s stays 0 and
+        # tests/tui/test_run_frames_share.py fails
         started = time.perf_counter()
         try:
             super()._on_timer_update()
