@@ -34,7 +34,7 @@ from ..widgets.run_panels import (
 )
 from ..widgets.serving_panel import ServingPanel
 from ..widgets.vtable import VirtualTable
-from .run_pacing import REDRAW_SHARE, PacedRunView
+from .run_pacing import PacedRunView
 
 if TYPE_CHECKING:
     from ..app import ConsoleApp
@@ -249,9 +249,7 @@ class RunScreen(PacedRunView):
         if not clock:
             self._draw_tail()
         cost += time.perf_counter() - started
-        self.redraw_cost = cost
-        self.redrawn_at = time.monotonic()
-        self.next_redraw_at = self.redrawn_at + cost * (1 - REDRAW_SHARE) / REDRAW_SHARE
+        self._redrawn(cost)
 
     def _panels(self) -> list[RunPanel]:
         panels = self.__dict__.get("_run_panels")

@@ -40,7 +40,7 @@ FRAME_ASK_TURNS = 8  # loop turns a panel's repaint may take to reach the screen
 class PacedRunView(ViewScreen):
     """The run view's redraw pacing. The view gives `redraw`, `_redraw_steps` (the redraw as steps: a panel's
     name once drawn, "" between turns) and `_draw_tail`; the steps keep `shown`, `drawn_version`, `redraw_gen`
-    and, when they end, `redrawn_at` and `next_redraw_at` (their panels' cost spaced to REDRAW_SHARE)."""
+    and, when they end, tell `_redrawn` what their panels cost."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -111,6 +111,12 @@ class PacedRunView(ViewScreen):
         now = time.monotonic()
         if now - self.tail_drawn_at >= TAIL_EVERY_S:
             self._draw_tail()
+
+    def _redrawn(self, cost: float) -> None:
+        """A redraw ended; its panels took `cost` seconds: the next one is spaced to REDRAW_SHARE."""
+        self.redraw_cost = cost
+        self.redrawn_at = time.monotonic()
+        self.next_redraw_at = self.redrawn_at + cost * (1 - REDRAW_SHARE) / REDRAW_SHARE
 
     def _change_due(self, live: LiveRun) -> float:
         """When a state change may be drawn: once the last redraw's panels had their REDRAW_SHARE of the loop
