@@ -382,6 +382,20 @@ def cpu_s(pid: int | None) -> float:
     return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def sched_wait_s(pid: int | None) -> float:
+    """Seconds the threads of `pid` spent runnable but waiting for a CPU (the kernel's schedstat, its second
+    field, summed over the threads alive now)."""
+    if not pid:
+        return 0.0
+    total = 0
+    for t in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            total += int((t / "schedstat").read_text().split()[1])
+        except (OSError, IndexError, ValueError):
+            pass
+    return total / 1e9
+
+
 def children(pid: int) -> list[int]:
     out = []
     for t in Path(f"/proc/{pid}/task").glob("*"):

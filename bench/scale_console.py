@@ -58,6 +58,7 @@ from common import (
     pct,
     renice_run,
     save,
+    sched_wait_s,
     tear_down_from_console,
     tree_rss_mb,
 )
@@ -158,11 +159,13 @@ def launching_keys(term: Term, gap: float = 0.25) -> dict:
 
 def cpu_shares(term: Term, procs: ConsoleProcs, since: dict | None = None) -> dict:
     """CPU seconds so far of the console, its watcher, the tmux server and this bench (itself and the
-    children it waited for: tmux clients), and the machine's busy CPU (/proc/stat); with `since` (an earlier
+    children it waited for: tmux clients), and the machine's busy CPU (/proc/stat); the seconds the console's
+    threads waited for a CPU while runnable (console_waited); with `since` (an earlier
     call's result) each one's share since then in % of a core instead, and the seconds between."""
     me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     ticks = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    now = {"console": cpu_s(procs.console), "watcher": cpu_s(procs.watcher), "tmux": cpu_s(term.server_pid()),
+    now = {"console": cpu_s(procs.console), "console_waited": sched_wait_s(procs.console),
+           "watcher": cpu_s(procs.watcher), "tmux": cpu_s(term.server_pid()),
            "bench": me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime,
            "machine": (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK"), "t": time.monotonic()}
     if since is None:
