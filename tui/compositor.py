@@ -10,7 +10,12 @@ nodes, while the run came up, most of each frame's widget calls were such (bench
 `TightCompositor` gives the partial update, while it gathers the widgets to draw, only the widgets whose
 visible part overlaps one of the changed regions. A line's changed span lies in the regions, so every widget
 that draws in a span is still drawn, in the same order (front to back); the widgets left out only drew
-segments outside every span. Everything else (full updates, layout, mouse hits) sees every widget as before.
+segments outside every span. It also leaves out a container when each changed part of it lies inside the
+visible part of one of its children: the child is drawn in front, and on each line the first strip laid on a
+piece stays, so the container's strips there (its background and border under the child) were all thrown
+away. A row changed in a panel drew the box around it too, and the view's containers and the screen under
+them: while 128 nodes came up the boxes alone were drawn ~57 times a second, a seventh of the frames' CPU.
+Everything else (full updates, layout, mouse hits) sees every widget as before.
 This overrides Textual's private `Compositor.render_partial_update` and its `visible_widgets` (filtered only
 inside a partial update; what Textual caches from it is worked out before);
 tests/tui/test_compositor.py compares the screens drawn both ways.
@@ -28,6 +33,7 @@ class TightCompositor(Compositor):
         super().__init__()
         self._changed: list[Region] | None = None  # the regions of the partial update being drawn
         self.left_out = 0  # widgets a partial update did not draw (tests)
+        self.covered = 0  # of them, containers whose every changed part lay inside a child's (tests)
 
     def render_partial_update(self) -> ChopsUpdate | None:
         # what Textual keeps worked out from every visible widget (each line's cuts, the widgets per line that
@@ -45,12 +51,25 @@ class TightCompositor(Compositor):
     def visible_widgets(self) -> dict[Widget, tuple[Region, Region]]:
         every = super().visible_widgets
         changed = self._changed
-        if not changed or len(changed) == 1:  # (one region: its box is the region)
+        if not changed:
             return every
         out = {}
         for widget, (region, clip) in every.items():
             shown = region.intersection(clip)
-            if any(shown.overlaps(r) for r in changed):
+            parts = [part for part in (shown.intersection(r) for r in changed) if part]
+            if parts and not (widget._nodes and self._covered(widget, parts, every)):
                 out[widget] = (region, clip)
+            elif parts:
+                self.covered += 1
         self.left_out += len(every) - len(out)
         return out
+
+    @staticmethod
+    def _covered(widget: Widget, parts: list[Region], every: dict[Widget, tuple[Region, Region]]) -> bool:
+        """Whether each changed part of a container lies inside the visible part of one of its children."""
+        kids = []
+        for child in widget._nodes:
+            got = every.get(child)
+            if got is not None:
+                kids.append(got[0].intersection(got[1]))
+        return bool(kids) and all(any(kid.contains_region(part) for kid in kids) for part in parts)
