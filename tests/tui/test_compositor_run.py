@@ -8,6 +8,7 @@ frames' CPU). Compared and counted, not timed."""
 from __future__ import annotations
 
 import random
+import re
 
 import pytest
 from atomdeck.tui.compositor import TightCompositor
@@ -55,7 +56,7 @@ async def test_the_run_view_at_128_nodes_is_sent_as_textual_sends_it(size):
         assert tight.covered > 0
 
 
-async def test_a_cursor_move_draws_the_changed_rows_only():
+async def test_a_cursor_move_draws_the_table_only_and_beside_its_scrollbar():
     app = make_app()
     async with app.run_test(size=(160, 50)) as pilot:
         run, screen = await attached_scale(pilot, redraw=True)
@@ -78,6 +79,79 @@ async def test_a_cursor_move_draws_the_changed_rows_only():
         for n, node in enumerate(table.ancestors):  # its box, the view's containers, the screen
             if isinstance(node, Widget):
                 node.render_lines = counted(node, f"container {n}: {node!r}")  # type: ignore[method-assign]
+        compositor = screen._compositor
+        asked: list[Region] = []
+        real = compositor.update_widgets
+
+        def update_widgets(widgets: set[Widget]) -> None:
+            real(widgets)
+            asked.extend(compositor._dirty_regions)
+
+        compositor.update_widgets = update_widgets  # type: ignore[method-assign]
         await pilot.press("down")
         await pilot.pause()
         assert "table" in drawn and drawn == ["table"] * len(drawn), drawn  # (Textual's frame: all of them)
+        # the two rows changed, up to the scrollbar's column and not into it (the bar did not change: Textual asked
+        # for the rows across the bar too, and drew it)
+        bar = table.vertical_scrollbar.region
+        mine = [r for r in asked if r.overlaps(table.region)]
+        assert mine and max(r.right for r in mine) == bar.x, (mine, bar)
+
+
+MOVE = re.compile(r"\x1b\[(\d+);(\d+)H|\x1b\[[0-9;?]*[A-Za-z]|\n")
+
+
+def _paint(screen_rows: list[list[str]], update) -> None:
+    """What a frame's update writes, onto rows of characters (its cursor moves and text; styles left out)."""
+    text = "".join(seg.text for seg in update.__rich_console__(None, None))
+    row = col = 0
+    pos = 0
+    for m in MOVE.finditer(text):
+        for ch in text[pos:m.start()]:
+            if 0 <= row < len(screen_rows) and 0 <= col < len(screen_rows[row]):
+                screen_rows[row][col] = ch
+            col += 1
+        if m.group(1):
+            row, col = int(m.group(1)) - 1, int(m.group(2)) - 1
+        pos = m.end()
+    for ch in text[pos:]:
+        if 0 <= row < len(screen_rows) and 0 <= col < len(screen_rows[row]):
+            screen_rows[row][col] = ch
+        col += 1
+
+
+async def test_the_frames_written_add_up_to_the_screen():
+    """Frame after frame, as a terminal gets them (the first whole, then the changed spans) while the run view
+    at 128 nodes redraws, its cursor moves and its tables scroll: the screen they leave is the screen drawn
+    whole. Its scrolling widgets' changes left their unchanged scrollbars out."""
+    clock = Clock()
+    app = make_app(clock=clock)
+    async with app.run_test(size=(160, 50)) as pilot:
+        run, screen = await attached_scale(pilot, redraw=True)
+        await pilot.pause()
+        width, height = screen.size
+        rows = [[" "] * width for _ in range(height)]
+        real = app._display
+
+        def display(on, renderable) -> None:
+            if on is screen and renderable is not None:
+                _paint(rows, renderable)
+            real(on, renderable)
+
+        app._display = display  # type: ignore[method-assign]
+        screen.refresh()  # (the first frame whole: what the terminal holds from then on)
+        await pilot.pause()
+        table = screen.query_one(ProcessTable)
+        table.focus()
+        for step in range(24):
+            if step % 4 == 0:
+                clock.tick(2)
+                screen.redraw(clock=step % 8 != 0)
+            else:
+                await pilot.press(["down", "down", "pagedown", "up", "home", "end"][step % 6])
+            await pilot.pause()
+            await pilot.pause()
+        whole = [[" "] * width for _ in range(height)]
+        _paint(whole, screen._compositor.render_full_update())
+        assert ["".join(r) for r in rows] == ["".join(r) for r in whole]
+        assert screen._compositor.bars_left_out > 0

@@ -28,8 +28,6 @@ async def test_the_last_lines_follow_the_cursor_in_the_keys_own_turn():
 
 
 async def test_the_cursor_and_its_last_lines_go_out_in_one_frame():
-    from textual._compositor import Compositor
-
     app = make_app()
     async with app.run_test(size=(160, 50)) as pilot:
         _, screen = await attached_scale(pilot)
@@ -38,13 +36,14 @@ async def test_the_cursor_and_its_last_lines_go_out_in_one_frame():
         await pilot.pause()
         await pilot.pause()
         updates: list[set[str]] = []
-        real = Compositor.update_widgets
+        compositor = type(screen._compositor)  # (the view's: TightCompositor)
+        real = compositor.update_widgets
 
         def counted(self, widgets):
             updates.append({w.id or "" for w in widgets})
             return real(self, widgets)
 
-        Compositor.update_widgets = counted
+        compositor.update_widgets = counted  # type: ignore[method-assign]
         try:
             for key in ("down", "down", "up", "down"):
                 updates.clear()
@@ -54,4 +53,4 @@ async def test_the_cursor_and_its_last_lines_go_out_in_one_frame():
                 assert with_table, updates
                 assert "tail-box" in with_table[0], f"the cursor's frame left the last lines for later: {updates}"
         finally:
-            Compositor.update_widgets = real
+            compositor.update_widgets = real  # type: ignore[method-assign]
