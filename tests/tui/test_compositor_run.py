@@ -13,6 +13,7 @@ import re
 import pytest
 from atomdeck.tui.compositor import TightCompositor
 from atomdeck.tui.widgets.process_table import ProcessTable
+from atomdeck.tui.widgets.quiet import set_if_changed
 from textual._compositor import Compositor
 from textual.geometry import Region
 from textual.widget import Widget
@@ -155,3 +156,40 @@ async def test_the_frames_written_add_up_to_the_screen():
         _paint(whole, screen._compositor.render_full_update())
         assert ["".join(r) for r in rows] == ["".join(r) for r in whole]
         assert screen._compositor.bars_left_out > 0
+
+
+async def test_a_box_title_repaints_its_border_row_only():
+    """The barrier box's title (it counts the nodes open while the run comes up) goes out in a frame of its border
+    row: Textual's setter repainted the whole box, and with it the barrier grid inside (set_if_changed)."""
+    app = make_app()
+    async with app.run_test(size=(160, 50)) as pilot:
+        run, screen = await attached_scale(pilot, redraw=True)
+        await pilot.pause()
+        width, height = screen.size
+        rows = [[" "] * width for _ in range(height)]
+        real_display = app._display
+
+        def display(on, renderable) -> None:
+            if on is screen and renderable is not None:
+                _paint(rows, renderable)
+            real_display(on, renderable)
+
+        app._display = display  # type: ignore[method-assign]
+        screen.refresh()
+        await pilot.pause()
+        compositor = screen._compositor
+        asked: list[Region] = []
+        real = compositor.update_widgets
+
+        def update_widgets(widgets: set[Widget]) -> None:
+            real(widgets)
+            asked.extend(compositor._dirty_regions)
+
+        compositor.update_widgets = update_widgets  # type: ignore[method-assign]
+        box = screen.query_one("#barrier-box")
+        for title in ("Barrier · node × port · 17 of 128 nodes open", "Barrier · node × port · 18 of 128"):
+            asked.clear()
+            assert set_if_changed(box, "border_title", title)
+            await pilot.pause()
+            assert title in "".join(rows[box.region.y]), "".join(rows[box.region.y])
+            assert asked == [Region(box.region.x, box.region.y, box.region.width, 1)], asked

@@ -14,6 +14,8 @@ import re
 from typing import Any
 
 from rich.text import Text
+from textual.geometry import Region
+from textual.widget import Widget
 from textual.widgets import Static
 
 DIGIT = re.compile(r"[0-9]")
@@ -45,13 +47,35 @@ def update_quietly(widget: Static, content: Any, shape: object = None) -> bool:
     return True
 
 
+# the border row each title is drawn on
+BORDER_ROWS = {"border_title": "top", "border_subtitle": "bottom"}
+
+
 def set_if_changed(obj: Any, attr: str, value: Any) -> bool:
     """Set a widget attribute (border_title, border_subtitle) only when it differs from what was set
     here last: setting one refreshes the widget even when the value is the same (and reading it back
-    gives markup, not what was set)."""
+    gives markup, not what was set). A box's title (a str, on a box with a border on that edge) repaints only
+    its border row: Textual's setter repaints the whole box, and with it every widget inside it (at 128 nodes
+    the barrier box's title changes with its counts while the run comes up, the last lines box's with the
+    cursor)."""
     done = obj.__dict__.setdefault("_quiet_attrs", {})
     if attr in done and done[attr] == value:
         return False
     done[attr] = value
-    setattr(obj, attr, value)
+    if not (isinstance(obj, Widget) and isinstance(value, str) and _set_border_text(obj, attr, value)):
+        setattr(obj, attr, value)
+    return True
+
+
+def _set_border_text(widget: Widget, attr: str, value: str) -> bool:
+    """Store the title as Textual's setter does (Widget's private `_border_title` / `_border_subtitle`) and
+    repaint the row it is drawn on; False (nothing done) if that is not a border row of the widget now."""
+    edge = BORDER_ROWS.get(attr)
+    width, height = widget.outer_size
+    if edge is None or not width or height < 2 or getattr(widget.styles, f"border_{edge}")[0] in ("", "none", "hidden"):
+        return False
+    setattr(widget, f"_{attr}", widget.render_str(value).expand_tabs(4).split()[0])
+    left, top = widget.content_offset
+    row = 0 if edge == "top" else height - 1
+    widget.refresh(Region(-left, row - top, width, 1))  # (content coordinates: the row is above or below them)
     return True
