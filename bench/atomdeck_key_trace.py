@@ -6,7 +6,7 @@ made by Textual's input thread (K), the log screen's wrap action (A: start, end,
 the run view's cursor keys (A, wrap state None) and each panel's `show` (P: start, end, panel),
 each screen update (F: layout, compositor and display; whether it laid the screen out), each widget's
 `render_lines` (R: start, end, widget class, lines), each watcher message parsed (J: bytes) and folded
-(M: events, lines), each App._display (D), and each pass of the cyclic GC (G: generation), each write and flush of
+(M: events, lines), each App._display (D), each refresh that asks for a layout pass (Y: who asked), and each pass of the cyclic GC (G: generation), each write and flush of
 Textual's writer thread to the terminal (W: start, end, characters, "wrap on" / "wrap off" in it; L), written to
 $KEY_TRACE as JSON when the console exits. bench/console.py writes FILE.bench.json: (sent, shown) of each press.
 The file's name holds "atomdeck" so that bench/common.console_pid finds the process."""
@@ -112,6 +112,21 @@ def _rendered(self, crop):
 
 
 Widget.render_lines = _rendered
+_refresh = Widget.refresh
+
+
+def _refreshed(self, *args, **kwargs):
+    """Each refresh that asks for a layout pass (Y: time, widget class, its id, the three callers above it)."""
+    if kwargs.get("layout"):
+        f, callers = sys._getframe(1), []
+        while f is not None and len(callers) < 3:
+            callers.append(f"{f.f_code.co_name}:{os.path.basename(f.f_code.co_filename)}")
+            f = f.f_back
+        RECORDS.append(("Y", now(), type(self).__name__, self.id, " < ".join(callers)))
+    return _refresh(self, *args, **kwargs)
+
+
+Widget.refresh = _refreshed
 
 
 def _frame(self) -> None:

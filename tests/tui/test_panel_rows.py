@@ -56,6 +56,44 @@ async def test_a_held_panel_keeps_its_rows_without_a_layout_pass_and_shrinks_whe
         assert "two 1" in str(panel.render())
 
 
+class Grows(RunPanel):
+    GROW_ROWS = 8
+
+
+class GrowsApp(App):
+    CSS = "Grows { height: auto; width: 40; }"
+
+    def compose(self) -> ComposeResult:
+        yield Grows(id="panel")
+
+
+async def test_a_held_panel_that_grows_in_steps_lays_out_once_a_step(monkeypatch):
+    """The Why panel (GROW_ROWS: its box scrolls) grows 8 rows at a time while held: at 128 nodes coming up its
+    text grew a row or two at a time, and each growth was a layout pass of the whole run view."""
+    app = GrowsApp()
+    async with app.run_test(size=(60, 40)) as pilot:
+        panel = app.query_one(Grows)
+        panel.set(lines(3))
+        await pilot.pause()
+        panel.keep_rows(True)
+        passes = count_layouts(monkeypatch)
+        panel.set(lines(5))
+        await pilot.pause()
+        assert panel.size.height == 8
+        grown = passes[0]
+        for n in (6, 8, 7, 2):  # within the step: padded, nothing laid out
+            panel.set(lines(n, f"n{n}"))
+            await pilot.pause()
+            assert panel.size.height == 8 and passes[0] == grown, n
+        assert "n2 1" in str(panel.render())
+        panel.set(lines(9))  # the next step
+        await pilot.pause()
+        assert panel.size.height == 16 and passes[0] > grown
+        panel.keep_rows(False)  # the run serves: its own size again
+        await pilot.pause()
+        assert panel.size.height == 9
+
+
 async def test_a_panel_not_held_follows_its_line_count():
     app = PanelApp()
     async with app.run_test(size=(60, 20)) as pilot:

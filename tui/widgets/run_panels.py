@@ -81,6 +81,9 @@ class RunPanel(LineStatic):
     # layout pass of the whole run view (40-540 ms while the simulators start), and the panels below jumped.
     holding = False
     _unpadded: Text | None = None  # what was asked for, while the panel shows it padded
+    # While it keeps its rows, a panel that grows takes this many rows at a time (0: as many as it needs). A
+    # panel in a box that scrolls shows the blank rows only when scrolled to its end.
+    GROW_ROWS = 0
 
     def keep_rows(self, on: bool) -> None:
         """Keep the highest line count from now on (on), or show the content at its own size again (off)."""
@@ -113,13 +116,17 @@ class RunPanel(LineStatic):
             shape = width, sum(text.count("\n") for text, _, _ in app.console.render(content, options))
         self._unpadded = None
         held = getattr(self, "_quiet_shape", None)
-        if (self.holding and isinstance(content, Text) and isinstance(shape, tuple) and isinstance(held, tuple)
-                and held[0] == shape[0] and held[1] > shape[1]):
-            padded = content.copy()
-            padded.append("\n " * (held[1] - shape[1]))
-            if fit_shape(padded, width) == held:
-                self._unpadded = content.copy()
-                content, shape = padded, held
+        if self.holding and isinstance(content, Text) and isinstance(shape, tuple) and isinstance(held, tuple) \
+                and held[0] == shape[0]:
+            rows = held[1]
+            if shape[1] > rows and self.GROW_ROWS:  # grows: by whole steps, each a layout pass
+                rows = -(-shape[1] // self.GROW_ROWS) * self.GROW_ROWS
+            if rows > shape[1]:
+                padded = content.copy()
+                padded.append("\n " * (rows - shape[1]))
+                if fit_shape(padded, width) == (width, rows):
+                    self._unpadded = content.copy()
+                    content, shape = padded, (width, rows)
         return update_quietly(self, content, shape)
 
 
@@ -420,6 +427,10 @@ class NodesPanel(RunPanel):
 class WhyPanel(RunPanel):
     """The diagnosis in detail (core's Diagnosis.details): each missing port's owner, alive or not,
     its stage and last line; sick nodes."""
+
+    # (its box scrolls. While 128 nodes came up its text grew a row or two at a time, 1.5 times a second, and
+    # each growth re-laid the run view out and drew it whole: half the view's layout passes)
+    GROW_ROWS = 8
 
     def show(self, state: RunState, d: Diagnosis) -> None:
         out = Text()
