@@ -80,15 +80,7 @@ async def test_a_cursor_move_draws_the_table_only_and_beside_its_scrollbar():
         for n, node in enumerate(table.ancestors):  # its box, the view's containers, the screen
             if isinstance(node, Widget):
                 node.render_lines = counted(node, f"container {n}: {node!r}")  # type: ignore[method-assign]
-        compositor = screen._compositor
-        asked: list[Region] = []
-        real = compositor.update_widgets
-
-        def update_widgets(widgets: set[Widget]) -> None:
-            real(widgets)
-            asked.extend(compositor._dirty_regions)
-
-        compositor.update_widgets = update_widgets  # type: ignore[method-assign]
+        asked = _asked(screen._compositor)
         await pilot.press("down")
         await pilot.pause()
         assert "table" in drawn and drawn == ["table"] * len(drawn), drawn  # (Textual's frame: all of them)
@@ -121,6 +113,36 @@ def _paint(screen_rows: list[list[str]], update) -> None:
         col += 1
 
 
+
+def _terminal(app, screen) -> list[list[str]]:
+    """From now on, the screen's frames painted onto rows of characters as a terminal gets them; the first one
+    whole (what the terminal holds from then on, once the caller lets a frame go)."""
+    width, height = screen.size
+    rows = [[" "] * width for _ in range(height)]
+    real = app._display
+
+    def display(on, renderable) -> None:
+        if on is screen and renderable is not None:
+            _paint(rows, renderable)
+        real(on, renderable)
+
+    app._display = display
+    screen.refresh()
+    return rows
+
+
+def _asked(compositor) -> list[Region]:
+    """From now on, the regions the compositor was asked to repaint (after each update_widgets)."""
+    asked: list[Region] = []
+    real = compositor.update_widgets
+
+    def update_widgets(widgets: set[Widget]) -> None:
+        real(widgets)
+        asked.extend(compositor._dirty_regions)
+
+    compositor.update_widgets = update_widgets
+    return asked
+
 async def test_the_frames_written_add_up_to_the_screen():
     """Frame after frame, as a terminal gets them (the first whole, then the changed spans) while the run view
     at 128 nodes redraws, its cursor moves and its tables scroll: the screen they leave is the screen drawn
@@ -130,17 +152,7 @@ async def test_the_frames_written_add_up_to_the_screen():
     async with app.run_test(size=(160, 50)) as pilot:
         run, screen = await attached_scale(pilot, redraw=True)
         await pilot.pause()
-        width, height = screen.size
-        rows = [[" "] * width for _ in range(height)]
-        real = app._display
-
-        def display(on, renderable) -> None:
-            if on is screen and renderable is not None:
-                _paint(rows, renderable)
-            real(on, renderable)
-
-        app._display = display  # type: ignore[method-assign]
-        screen.refresh()  # (the first frame whole: what the terminal holds from then on)
+        rows = _terminal(app, screen)
         await pilot.pause()
         table = screen.query_one(ProcessTable)
         table.focus()
@@ -152,6 +164,7 @@ async def test_the_frames_written_add_up_to_the_screen():
                 await pilot.press(["down", "down", "pagedown", "up", "home", "end"][step % 6])
             await pilot.pause()
             await pilot.pause()
+        width, height = screen.size
         whole = [[" "] * width for _ in range(height)]
         _paint(whole, screen._compositor.render_full_update())
         assert ["".join(r) for r in rows] == ["".join(r) for r in whole]
@@ -165,27 +178,9 @@ async def test_a_box_title_repaints_its_border_row_only():
     async with app.run_test(size=(160, 50)) as pilot:
         run, screen = await attached_scale(pilot, redraw=True)
         await pilot.pause()
-        width, height = screen.size
-        rows = [[" "] * width for _ in range(height)]
-        real_display = app._display
-
-        def display(on, renderable) -> None:
-            if on is screen and renderable is not None:
-                _paint(rows, renderable)
-            real_display(on, renderable)
-
-        app._display = display  # type: ignore[method-assign]
-        screen.refresh()
+        rows = _terminal(app, screen)
         await pilot.pause()
-        compositor = screen._compositor
-        asked: list[Region] = []
-        real = compositor.update_widgets
-
-        def update_widgets(widgets: set[Widget]) -> None:
-            real(widgets)
-            asked.extend(compositor._dirty_regions)
-
-        compositor.update_widgets = update_widgets  # type: ignore[method-assign]
+        asked = _asked(screen._compositor)
         box = screen.query_one("#barrier-box")
         for title in ("Barrier · node × port · 17 of 128 nodes open", "Barrier · node × port · 18 of 128"):
             asked.clear()
