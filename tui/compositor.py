@@ -20,8 +20,8 @@ widget, so the widget's strips there were all thrown away, and the bar was drawn
 that changes (the widget scrolled, its content grew) asks for its own region, as every widget does.
 Everything else (full updates, layout, mouse hits) sees every widget as before.
 This overrides Textual's private `Compositor.render_partial_update`, its `visible_widgets` (filtered only
-inside a partial update; what Textual caches from it is worked out before) and `update_widgets` (as Textual's,
-reading Widget's private `_exchange_repaint_regions` and scrollbar attributes as it does);
+inside a partial update; what Textual caches from it is worked out before) and `update_widgets` (trimming
+Widget's private `_repaint_regions` before Textual's reads them, and reading its scrollbar attributes);
 tests/tui/test_compositor.py compares the screens drawn both ways, and tests/tui/test_compositor_run.py the run
 view's at 128 nodes, frame after frame as a terminal gets them.
 """
@@ -54,22 +54,23 @@ class TightCompositor(Compositor):
             self._changed = None
 
     def update_widgets(self, widgets: set[Widget]) -> None:
-        # Textual's: the regions each changed widget asks to repaint, clipped to what is shown of it; less the
-        # columns of its vertical scrollbar and the rows of its horizontal one
+        # each changed widget's regions to repaint (its own coordinates) less the columns of its vertical scrollbar
+        # and the rows of its horizontal one; then Textual's, which clips them to what is shown of it
         visible = self.visible_widgets
-        if not self._full_map_invalidated and not widgets.issubset(visible.keys()):
-            self._full_map_invalidated = True
-        regions: list[Region] = []
         for widget in visible.keys() & widgets:
-            region, clip = visible[widget]
             bars = self._bars(widget, visible)
-            for dirty in widget._exchange_repaint_regions():
-                update = clip.intersection(dirty.translate(region.offset))
-                for bar in bars:
-                    update = self._beside(update, bar)
-                if update:
-                    regions.append(update)
-        self._dirty_regions.update(regions)
+            asked = widget._repaint_regions
+            if bars and asked:
+                offset = -visible[widget][0].offset
+                trimmed = set()
+                for dirty in asked:
+                    for bar in bars:
+                        dirty = self._beside(dirty, bar.translate(offset))
+                    if dirty:
+                        trimmed.add(dirty)
+                asked.clear()
+                asked.update(trimmed)
+        super().update_widgets(widgets)
 
     @staticmethod
     def _bars(widget: Widget, visible: dict[Widget, tuple[Region, Region]]) -> list[Region]:
