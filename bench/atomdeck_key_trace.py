@@ -6,9 +6,9 @@ made by Textual's input thread (K), the log screen's wrap action (A: start, end,
 the run view's cursor keys (A, wrap state None) and each panel's `show` (P: start, end, panel),
 each screen update (F: layout, compositor and display; whether it laid the screen out), each widget's
 `render_lines` (R: start, end, widget class, lines), each watcher message parsed (J: bytes) and folded
-(M: events, lines), each App._display (D), each refresh that asks for a layout pass (Y: who asked), and each pass of the cyclic GC (G: generation), each write and flush of
-Textual's writer thread to the terminal (W: start, end, characters, "wrap on" / "wrap off" in it; L), written to
-$KEY_TRACE as JSON when the console exits. bench/console.py writes FILE.bench.json: (sent, shown) of each press.
+(M: events, lines), each App._display (D), each refresh that asks for a layout pass (Y: who asked), each pass of
+the cyclic GC (G: generation), each write and flush of Textual's writer thread to the terminal (W: start, end,
+characters, "wrap on" / "wrap off" in it; L), written to $KEY_TRACE as JSON when the console exits. bench/console.py writes FILE.bench.json: (sent, shown) of each press.
 The file's name holds "atomdeck" so that bench/common.console_pid finds the process."""
 
 from __future__ import annotations
