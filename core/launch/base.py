@@ -147,6 +147,7 @@ class Launcher(Protocol):
     async def stop(self, handles: list[ProcHandle], grace: float) -> list[StopReport]: ...
     async def release(self, nodes: list[str] | None = None) -> list[str]: ...
     async def node_run(self, node: str, argv: list[str], timeout: float = 60) -> Result: ...
+    async def connect_from(self, node: str, targets: list[tuple[str, int]], timeout: float = 1.0) -> dict: ...
     async def remove_containers(self, by_node: dict[str, list[str]]) -> list[tuple[bool, str]]: ...
     def probe_vantage(self, node: str) -> str: ...
     def probe_runner(self, node: str | None = None) -> Runner: ...
@@ -258,6 +259,16 @@ class LauncherBase(abc.ABC):
         from ..remote.shell import LocalRunner
 
         return await LocalRunner().run(argv, timeout=timeout)
+
+    async def connect_from(self, node: str, targets: list[tuple[str, int]], timeout: float = 1.0) -> dict:
+        """(host, port) -> 'open' | 'refused' | 'timeout' | 'unreachable', connected from `node` itself (a
+        command run there). Raises RuntimeError when it could not run there."""
+        from ..remote.node_probes import connect_from_node
+
+        async def node_run(argv: list[str], t: float) -> Result:
+            return await self.node_run(node, argv, t)
+
+        return await connect_from_node(node_run, targets, timeout)
 
     async def remove_containers(self, by_node: dict[str, list[str]]) -> list[tuple[bool, str]]:
         """`docker rm -f` the run's containers on every node, as InferenceX's teardown does: stopping the

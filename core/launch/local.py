@@ -25,6 +25,7 @@ from ..design.commands import ProcessSpec
 from ..remote.filetail import follow
 from ..remote.listening import ListenTable, local_table
 from ..remote.loglines import read_lines
+from ..remote.node_probes import connect_here
 from .base import SUPERVISOR, LauncherBase, ProcHandle, ProcStatus, StopReport, marker, outlive_cancel
 
 
@@ -337,6 +338,10 @@ class LocalLauncher(LauncherBase):
             return
         for item in read_lines(handle.log_path, offset, partial=partial):
             yield item
+
+    async def connect_from(self, node: str, targets: list[tuple[str, int]], timeout: float = 1.0) -> dict:
+        """The nodes are addresses of this machine: connected from here, in this process (node_probes.py)."""
+        return await connect_here(targets, timeout)
 
     def listen_table(self, node: str) -> ListenTable:
         """The listening sockets of every node: they are loopback addresses of this network namespace,

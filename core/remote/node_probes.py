@@ -6,6 +6,9 @@ caller's `node_run` (locally for the local launcher, through the node's SSH shel
 
 from __future__ import annotations
 
+import asyncio
+import errno
+import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
@@ -112,6 +115,47 @@ async def connect_from_node(node_run: NodeRun, targets: list[tuple[str, int]], t
     if not found:
         raise RuntimeError(res.explain())
     return found
+
+
+# connects in flight at once in connect_here (the node-side command uses 16 threads)
+HERE_AT_ONCE = 64
+
+
+async def connect_here(targets: list[tuple[str, int]], timeout: float = 1.0) -> dict:
+    """What connect_from_node answers, for a node that is this machine (the local launcher's nodes are
+    addresses of this network namespace): the same connects, made in this process. The command costs an
+    interpreter start per node; while a local 64P64D came up, the 64 decodes' probes (each also a session, so
+    a scheduling group, of its own) were the console's longest waits for a CPU (bench/README.md)."""
+    loop = asyncio.get_running_loop()
+    gate = asyncio.Semaphore(HERE_AT_ONCE)
+
+    async def one(host: str, port: int) -> str:
+        async with gate:
+            try:
+                infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_NUMERICHOST)
+            except socket.gaierror:  # a name, not an address: resolved off the loop
+                try:
+                    infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+                except OSError:
+                    return "unreachable"
+            family, kind, proto, _, addr = infos[0]
+            s = socket.socket(family, kind, proto)
+            s.setblocking(False)
+            try:
+                async with asyncio.timeout(timeout):
+                    await loop.sock_connect(s, addr)
+                return "open"
+            except TimeoutError:
+                return "timeout"
+            except ConnectionRefusedError:
+                return "refused"
+            except OSError as e:
+                return {errno.ETIMEDOUT: "timeout", errno.ECONNREFUSED: "refused"}.get(e.errno or 0, "unreachable")
+            finally:
+                s.close()
+
+    results = await asyncio.gather(*(one(h, p) for h, p in targets))
+    return dict(zip(targets, results))
 
 
 @dataclass

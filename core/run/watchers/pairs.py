@@ -14,7 +14,6 @@ import time
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING
 
-from ...remote.node_probes import connect_from_node
 from ...remote.probes import tcp_probe
 from ..events import LIVE, WORKER_STAGES, Event
 from .base import RunHost
@@ -137,12 +136,8 @@ class HandshakeWatcher:
     async def reach(self, node: str, targets: list[tuple[str, int]]) -> tuple[dict, str]:
         """Connect to targets from `node` itself; where that cannot run, from as near as the launcher gets."""
         run = self.run
-
-        async def node_run(argv: list[str], timeout: float):
-            return await run.launcher.node_run(node, argv, timeout)
-
         try:
-            return await connect_from_node(node_run, targets, 1.0), f"{node} (the consumer's node)"
+            return await run.launcher.connect_from(node, targets, 1.0), f"{node} (the consumer's node)"
         except Exception:
             runner = run.launcher.probe_runner(node)
             res = await asyncio.gather(*(tcp_probe(h, p, 1.0, runner) for h, p in targets))
