@@ -108,3 +108,40 @@ def test_more_targets_than_connects_at_once_are_each_answered():
     assert got[("127.0.0.1", port)] == "open"
     assert sorted(set(got.values())) == ["open", "refused"] and list(got.values()).count("open") == 1
     assert len(got) == n
+
+
+def pending(s: socket.socket) -> int:
+    """Connections waiting in the listener's queue (each a connect that got in), taken out."""
+    s.setblocking(False)
+    n = 0
+    while True:
+        try:
+            s.accept()[0].close()
+        except BlockingIOError:
+            return n
+        n += 1
+
+
+def test_a_port_open_for_one_node_is_open_for_the_next_without_another_connect(tmp_path, monkeypatch):
+    """The local launcher's nodes are all this machine: a 64P64D's 64 decodes asked about the same 512
+    handshake ports within seconds, 32,768 connects. A port that let one in lately is not connected again; a
+    port that did not is tried again (it may have opened since)."""
+    import atomdeck.core.launch.local as local
+
+    launcher = LocalLauncher("r", str(tmp_path))
+    opened = listener()
+    later = socket.socket()
+    later.bind(("127.0.0.1", 0))
+    a, b = ("127.0.0.1", opened.getsockname()[1]), ("127.0.0.1", later.getsockname()[1])
+    try:
+        assert asyncio.run(launcher.connect_from("127.0.1.10", [a, b])) == {a: "open", b: "refused"}
+        assert pending(opened) == 1
+        later.listen(8)
+        assert asyncio.run(launcher.connect_from("127.0.1.11", [a, b])) == {a: "open", b: "open"}
+        assert (pending(opened), pending(later)) == (0, 1)
+        monkeypatch.setattr(local, "OPEN_FOR_S", 0.0)  # past the time an answer is shared: connected again
+        assert asyncio.run(launcher.connect_from("127.0.1.12", [a, b])) == {a: "open", b: "open"}
+        assert (pending(opened), pending(later)) == (1, 1)
+    finally:
+        opened.close()
+        later.close()
