@@ -113,7 +113,8 @@ def describe_exit(code: int | None) -> str:
 
 
 # connect_from: a port open for one node's probe is open for every node's during this long (they all are
-# this machine); a 64P64D's decodes made 32,768 connects to 512 ports, 28-37 % of a core while it came up
+# this machine). Asked each time, a 64P64D's 64 decodes made 32,768 connects to its 512 handshake ports while it
+# came up, in the watcher (28-37 % of a core then, bench/README.md)
 OPEN_FOR_S = 2.0
 LISTEN_TABLE_S = 0.05  # the barrier reads this namespace's /proc/net/tcp* this often while a port is closed
 INLINE_READ_BYTES = 256 * 1024  # a log's unread end smaller than this is read on the loop, not in a thread

@@ -1,7 +1,8 @@
 """Looks taken ON a node (not from the console host): TCP reachability of other nodes' ports, and a
 process's state and listening sockets read from /proc. Each is one short python3 command run by the
 caller's `node_run` (locally for the local launcher, through the node's SSH shell, or as an
-`srun --overlap` step in the run's job), so it sees the node's own network namespace and routes.
+`srun --overlap` step in the run's job), so it sees the node's own network namespace and routes. The local
+launcher, whose nodes are this machine, makes the connects in its own process instead (`connect_here`).
 """
 
 from __future__ import annotations
