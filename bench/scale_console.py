@@ -21,6 +21,7 @@ Measured (issue 19's goals in brackets):
     /work/coord/isolated .venv/bin/python bench/scale_console.py 16       # a smaller cluster
     /work/coord/isolated .venv/bin/python bench/scale_console.py --engines-nice=19   # printed, not saved
     /work/coord/isolated .venv/bin/python bench/scale_console.py --engines-cpus=1    # printed, not saved
+    PRESSES_OUT=/tmp/presses.json ... bench/scale_console.py      # and each press, with the launch's time
 
 `--engines-cpus=1` pins every simulator to CPU 1 from its start (ATOMSIM_CPUS) and this process, tmux, the console
 and its watcher to the other CPUs: the console's host with a core of its own, as on a cluster where the engines
@@ -66,6 +67,10 @@ from common import (
 GOALS = {"key_p95_s": 0.05, "rss_mb": 300, "console_cpu_pct": 10}
 TITLE = re.compile(r"Last lines \S (\S+) on ")
 PRESSES: list[tuple[float, float, str]] = []  # (sent, shown, phase) of each cursor key: KEY_TRACE's FILE.bench.json
+# With PRESSES_OUT=FILE: every press timed (the view switches while starting too) and the launch key's time, all
+# time.monotonic() (the console's clock too: compare with bench/busy_trace's stretches), as JSON
+STARTING: list[tuple[float, float, str]] = []
+T_LAUNCH: list[float] = []
 
 
 def cluster_yaml(n: int) -> str:
@@ -146,6 +151,8 @@ def launching_keys(term: Term, gap: float = 0.25) -> dict:
                       else ("4", lambda s: LAUNCHING in s or "PROCESS" in s))
         try:
             lat.append(term.press_until_screen(key, check, timeout=60))
+            t = time.monotonic()
+            STARTING.append((t - lat[-1], t, "starting"))
         except NotShown:
             missed += 1
         except ValueError:  # the view changed by itself (the run attached): look again
@@ -226,6 +233,9 @@ def scale(n: int = 128, speed: str = "20", serving_presses: int = 30, idle_s: fl
                 out["error"] = f"{type(e).__name__}: {str(e).splitlines()[0]}"
                 return out
             finally:
+                if os.environ.get("PRESSES_OUT"):
+                    Path(os.environ["PRESSES_OUT"]).write_text(json.dumps(
+                        {"t_launch": T_LAUNCH[0] if T_LAUNCH else None, "presses": STARTING + PRESSES}))
                 if trace:
                     Path(trace + ".bench.json").write_text(json.dumps(PRESSES))
                     t_end = time.monotonic() + 20  # the console writes its trace as it exits (after q)
@@ -247,6 +257,7 @@ def _measure(term: Term, n: int, out: dict, rss: list[tuple[float, float]], serv
     term.attach_control()
     t_launch = time.monotonic()
     term.send_control("y")
+    T_LAUNCH[:] = [t_launch]
     out["launch_to_view_s"] = round(term.wait_for((LAUNCHING, "PROCESS"), timeout=120) - t_launch, 2)  # launching or attached
     out["key_launching"] = launching_keys(term)
     out["launch_to_table_s"] = round(time.monotonic() - t_launch, 2)

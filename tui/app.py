@@ -19,12 +19,14 @@ from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime
 from functools import partial
 from pathlib import Path
+from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from rich.text import Text
 from textual import events, work
 from textual.app import App, SystemCommand
 from textual.binding import Binding
+from textual.dom import DOMNode
 from textual.reactive import reactive
 from textual.screen import Screen
 from textual.timer import Timer
@@ -112,6 +114,7 @@ class ConsoleApp(App[int]):
         self.inventory_at: datetime | None = None
         self._ask = ask
         self._theme_choice = theme
+        self._css_refreshed = 0  # the CSS count (Textual's _css_update_count) the stylesheet was last refreshed for
         self._refresh_timer: Timer | None = None
         self._launch_handler = launch_handler
         self._to_load: tuple[str, str, tuple[str, ...], frozenset[str], str | None] | None = (
@@ -606,6 +609,29 @@ class ConsoleApp(App[int]):
         if not self.readonly and self.live is not None:
             yield SystemCommand("Tear down the run…", f"stop every process of run {self.live.id} (asks first)",
                                 self.runs.request_teardown)
+
+    @property
+    def css_current(self) -> bool:
+        """Whether the stylesheet was refreshed since the CSS last changed (a theme): a view made now is
+        styled as it mounts and needs no refresh of its own (screens/base.py ViewScreen)."""
+        return self._css_update_count == self._css_refreshed
+
+    def refresh_css(self, animate: bool = True) -> None:
+        super().refresh_css(animate)
+        self._css_refreshed = self._css_update_count
+
+    def warm_css(self, *classes: type[DOMNode]) -> None:
+        """Add the default CSS of widget classes not shown yet, and parse the stylesheet now. The first mount of
+        a class with CSS of its own makes Textual parse every source again (10-25 ms at 128 nodes on a busy
+        machine): the first notice of a launch, and the footer's key groups, did so as the run attached, keys
+        waiting. Added now it is found unchanged then. (Textual's private `_css_bases`: a class's own CSS and
+        its bases', as a mounted instance adds them.)"""
+        for cls in classes:
+            bases = SimpleNamespace(_node_bases=cls._css_bases(cls))
+            for read_from, css, tie_breaker, scope in DOMNode._get_default_css(bases):  # type: ignore[arg-type]
+                self.stylesheet.add_source(css, read_from=read_from, is_default_css=True, tie_breaker=tie_breaker,
+                                           scope=scope)
+        self.stylesheet.rules_map  # noqa: B018 (the parse, and the map of rules by selector)
 
     def _load_theme(self) -> None:
         name = self._theme_choice or _read_settings().get("theme")

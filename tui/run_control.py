@@ -93,6 +93,15 @@ class RunController:
         # imports held this loop 0.3 s, keys waiting (scale_console.py 128 with bench/busy_trace)
         for module in ("live", "watch_client"):
             importlib.import_module(f"{__package__}.{module}")
+        # and the CSS of what attach shows first: its notice, the run view's footer groups, the teardown dialog
+        from textual.containers import HorizontalGroup
+        from textual.widgets import Label
+        from textual.widgets._footer import KeyGroup
+        from textual.widgets._toast import Toast, ToastHolder
+
+        from .screens.teardown import TeardownScreen
+
+        self.app.warm_css(ToastHolder, Toast, KeyGroup, HorizontalGroup, Label, TeardownScreen)
         from .gc_steward import settle_gc
 
         settle_gc()  # the GC's full pass of attach, made now (LiveRun's settle); the run's own objects

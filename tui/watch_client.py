@@ -58,7 +58,9 @@ class WatchProcess:
     async def start(self) -> None:
         # stderr to a file, not a pipe nobody reads until the end: a watcher that logs more than a pipe
         # holds (64 KiB of repeated tracebacks) would block on its next write and stop watching
-        fd = os.open(self.stderr_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        # (opened in a thread: creating a file waits for the file system's journal, and right after 129 local
+        # starts that open held this loop 65-370 ms, keys waiting; scale_console.py 128 with bench/busy_trace)
+        fd = await asyncio.to_thread(os.open, self.stderr_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         try:
             self.proc = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "atomdeck.core.cli.watcher", self.run.id, stdin=asyncio.subprocess.PIPE,

@@ -418,3 +418,50 @@ async def test_teardown_key_follows_the_keymap():
         await until(pilot, lambda: isinstance(app.screen, ConfirmDialog), what="the confirmation")
         await pilot.press("n")
         assert isinstance(app.screen, RunScreen) and not app.live.teardown_running
+
+
+async def test_a_launch_attaches_without_parsing_the_stylesheet_or_creating_files_on_the_loop(monkeypatch):
+    """Right after 129 local starts the attach held the loop, keys waiting: Textual parsed every CSS source
+    again for the launch's notice and the footer's key groups (their first mount), and the watcher's log was
+    created on the loop, waiting 65-370 ms for the file system's journal (bench/busy_trace). A launch adds
+    that CSS before the first start, and the log is opened in a thread."""
+    import os
+    import threading
+
+    from atomdeck.core.launch.local import LocalLauncher
+    from textual.css.stylesheet import Stylesheet
+
+    started = False
+    parses_after_start: list[int] = []
+    opened_on: list[str] = []
+    real_parse, real_start_many, real_open = Stylesheet.parse, LocalLauncher.start_many, os.open
+
+    def parse(self) -> None:
+        if started:
+            parses_after_start.append(len(self.source))
+        real_parse(self)
+
+    async def start_many(self, specs):
+        nonlocal started
+        started = True
+        return await real_start_many(self, specs)
+
+    def os_open(path, *args, **kwargs):
+        if str(path).endswith("watcher.log"):
+            opened_on.append(threading.current_thread().name)
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(Stylesheet, "parse", parse)
+    monkeypatch.setattr(LocalLauncher, "start_many", start_many)
+    monkeypatch.setattr(os, "open", os_open)
+    app = live_app()
+    async with app.run_test(size=BIG) as pilot:
+        await ready(pilot)
+        await launch(pilot, app)
+        run = app.live.run
+        await until(pilot, lambda: app._notifications and opened_on, what="the launch's notice and the watcher")
+        await pilot.pause(0.3)  # its toast and the run view's footer mounted
+        assert parses_after_start == []
+        assert opened_on and threading.main_thread().name not in opened_on
+    report = await Run.open(run.id).teardown(grace=2)
+    assert report.clean and gone(run) == []

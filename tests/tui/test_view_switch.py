@@ -73,3 +73,41 @@ async def test_a_view_shown_again_is_painted_when_drawn_not_after_textuals_switc
             await pilot.press(key)
             await until(pilot, lambda: app._batch_count == 0, what="the hold ended", timeout=5)
             assert type(app.screen).__name__ == ("NodesScreen" if key == "1" else "RunScreen")
+
+
+async def test_a_view_shown_the_first_time_does_not_refresh_the_whole_stylesheet(monkeypatch):
+    """Textual refreshed the whole stylesheet (every source parsed, every widget restyled) on each view's first
+    switch, twice, and on the run view's second one: keys while 128 nodes start waited 47-68 ms for it
+    (bench/scale_console.py). A view made while the stylesheet is current is styled as it mounts. A theme
+    changed while a view is hidden still refreshes that view when it is shown."""
+    from textual.app import App
+
+    refreshed: list[str] = []
+    real = App.refresh_css
+
+    def counted(self, animate: bool = True) -> None:
+        refreshed.append(type(self.screen).__name__)
+        real(self, animate)
+
+    monkeypatch.setattr(App, "refresh_css", counted)
+    app = make_app()
+    async with app.run_test(size=(160, 50)) as pilot:
+        await until(pilot, lambda: app.loaded and type(app.screen).__name__ == "NodesScreen", what="the Nodes view")
+        await pilot.pause()
+        refreshed.clear()
+        for key in "34214":  # the Preview, Run and Layout views made and shown, then shown again
+            await pilot.press(key)
+            await pilot.pause()
+        assert type(app.screen).__name__ == "RunScreen"
+        assert refreshed == []  # (before: 7)
+        app.theme = "textual-light" if app.theme != "textual-light" else "textual-dark"
+        await until(pilot, lambda: app.css_current, what="the theme's refresh")
+        assert refreshed == ["RunScreen"]  # the view on top, at once
+        refreshed.clear()
+        await pilot.press("1")
+        await pilot.pause()
+        assert refreshed == ["NodesScreen"]  # the hidden one when shown
+        refreshed.clear()
+        await pilot.press("4")
+        await pilot.pause()
+        assert refreshed == []

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, cast
 
 from rich.style import Style
 from textual import events
+from textual._context import active_app
 from textual.screen import Screen
 
 from ..compositor import TightCompositor
@@ -27,10 +28,20 @@ class ViewScreen(Screen):
     So the view notes those when it is hidden, and lets the resume re-apply its styles only if they changed.
 
     A view shown again also ends Textual's 50 ms repaint hold of a switch as soon as its resume is handled
-    (ConsoleApp.delay_update)."""
+    (ConsoleApp.delay_update).
+
+    A view made while the App's stylesheet is current starts as styled by it. Textual refreshes the whole
+    stylesheet (every source parsed again, every widget restyled) when it shows a view whose CSS count is not
+    the App's, and a new Screen starts at -1: each view's first switch refreshed it twice (once for the view
+    it left, once for itself), and the run view, not yet mounted then, a third time when next shown. Keys
+    while 128 nodes start waited 47-68 ms for that one (scale_console.py). Its widgets are styled as they
+    mount, with the stylesheet as it is then; a theme changed while the view is hidden still refreshes it."""
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
+        app = active_app.get(None)
+        if app is not None and getattr(app, "css_current", False):
+            self._css_update_count = app._css_update_count  # (Textual's private count, see above)
         self._compositor = TightCompositor()  # a frame draws only the widgets its changes touch
         self._app_styled_as: tuple | None = None  # the App's classes when this view was hidden
         self.frames_s = 0.0  # wall time of this view's frames so far (_on_timer_update)
