@@ -47,6 +47,19 @@ async def launch(pilot, app) -> None:
     await until(pilot, lambda: app.live is not None and isinstance(app.screen, RunScreen), what="the run view")
 
 
+def on_start(monkeypatch, note) -> None:
+    """Call note() when a launch starts its processes (LocalLauncher.start_many), before the first start."""
+    from atomdeck.core.launch.local import LocalLauncher
+
+    real = LocalLauncher.start_many
+
+    async def start_many(self, specs):
+        note()
+        return await real(self, specs)
+
+    monkeypatch.setattr(LocalLauncher, "start_many", start_many)
+
+
 async def test_pick_layout_preview_launch_serving_teardown_verified_clean():
     app = live_app()
     async with app.run_test(size=BIG) as pilot:
@@ -228,18 +241,10 @@ async def test_tui_run_opens_on_that_run_and_readonly_cannot_tear_it_down():
 async def test_the_run_view_says_launching_on_screen_before_the_first_process_starts(monkeypatch):
     """Once processes start (129 at 128 local nodes) each takes a share of the CPU: the run view's
     "Launching ..." went out 7-12 s after the key. Now a frame with it is out before the first start."""
-    from atomdeck.core.launch.local import LocalLauncher
-
     app = live_app()
     frames: list[str] = []  # what the run view said in each frame that went out
     seen_at_start: list[list[str]] = []
-    real_start_many = LocalLauncher.start_many
-
-    async def start_many(self, specs):
-        seen_at_start.append(list(frames))
-        return await real_start_many(self, specs)
-
-    monkeypatch.setattr(LocalLauncher, "start_many", start_many)
+    on_start(monkeypatch, lambda: seen_at_start.append(list(frames)))
     async with app.run_test(size=BIG) as pilot:
         display = app._display
 
@@ -262,23 +267,18 @@ async def test_the_run_view_says_launching_on_screen_before_the_first_process_st
 async def test_a_launch_makes_the_gcs_settle_pass_before_its_processes_start_not_at_attach(monkeypatch):
     """The attach's full GC pass (settle_gc) took 190 ms of a key's wait once 129 local processes booted
     (bench/busy_trace): a launch makes it before the first start, and the steward's next quiet pass is due."""
-    from atomdeck.core.launch.local import LocalLauncher
     from atomdeck.tui import gc_steward, live
 
     order: list[str] = []
-    real_settle, real_start_many = gc_steward.settle_gc, LocalLauncher.start_many
+    real_settle = gc_steward.settle_gc
 
     def settle() -> None:
         order.append("settle")
         real_settle()
 
-    async def start_many(self, specs):
-        order.append("start")
-        return await real_start_many(self, specs)
-
     monkeypatch.setattr(gc_steward, "settle_gc", settle)
     monkeypatch.setattr(live, "settle_gc", settle)
-    monkeypatch.setattr(LocalLauncher, "start_many", start_many)
+    on_start(monkeypatch, lambda: order.append("start"))
     app = live_app()
     async with app.run_test(size=BIG) as pilot:
         await ready(pilot)
@@ -428,23 +428,17 @@ async def test_a_launch_attaches_without_parsing_the_stylesheet_or_creating_file
     import os
     import threading
 
-    from atomdeck.core.launch.local import LocalLauncher
     from textual.css.stylesheet import Stylesheet
 
-    started = False
+    started: list[bool] = []
     parses_after_start: list[int] = []
     opened_on: list[str] = []
-    real_parse, real_start_many, real_open = Stylesheet.parse, LocalLauncher.start_many, os.open
+    real_parse, real_open = Stylesheet.parse, os.open
 
     def parse(self) -> None:
         if started:
             parses_after_start.append(len(self.source))
         real_parse(self)
-
-    async def start_many(self, specs):
-        nonlocal started
-        started = True
-        return await real_start_many(self, specs)
 
     def os_open(path, *args, **kwargs):
         if str(path).endswith("watcher.log"):
@@ -452,7 +446,7 @@ async def test_a_launch_attaches_without_parsing_the_stylesheet_or_creating_file
         return real_open(path, *args, **kwargs)
 
     monkeypatch.setattr(Stylesheet, "parse", parse)
-    monkeypatch.setattr(LocalLauncher, "start_many", start_many)
+    on_start(monkeypatch, lambda: started.append(True))
     monkeypatch.setattr(os, "open", os_open)
     app = live_app()
     async with app.run_test(size=BIG) as pilot:
