@@ -119,3 +119,35 @@ async def test_the_teardown_dialog_of_128_nodes_wraps_a_long_progress_under_its_
         assert all(line[column] != " " for line in wrapped)  # each continuation starts under PROGRESS
         assert " ".join(line[column:].strip() for line in wrapped) == f"× left · {why}"
         assert sum(1 for line in lines if "… waiting" in line) == 127
+
+
+async def test_a_run_attached_restyles_only_the_widgets_it_shows_or_hides(monkeypatch):
+    """The run view said "no run" with a class on the screen, and a run attached removed it: Textual restyled
+    every widget of the view (a tenth of the attach's CPU at 128 nodes, keys waiting). Now the three widgets
+    shown or hidden change their own display."""
+    from atomdeck.tui.screens.run import RunScreen
+    from textual.dom import DOMNode
+
+    restyled: list[str] = []
+    real = DOMNode.update_node_styles
+
+    def counted(self, animate: bool = True) -> None:
+        restyled.append(type(self).__name__)
+        real(self, animate)
+
+    monkeypatch.setattr(DOMNode, "update_node_styles", counted)
+    app = make_app()
+    async with app.run_test(size=(160, 50)) as pilot:
+        await app.workers.wait_for_complete()
+        app.switch_mode("run")
+        await pilot.pause()
+        assert "No run attached" in text_of(app.screen.query_one("#run-empty"))
+        restyled.clear()
+        screen = await _attached(pilot)
+        assert isinstance(screen, RunScreen) and screen.query_one("#run-main").display
+        assert not screen.query_one("#run-empty").display
+        assert "RunScreen" not in restyled
+        await app.runs.detach()
+        await pilot.pause()
+        assert screen.query_one("#run-empty").display and not screen.query_one("#run-main").display
+        assert "RunScreen" not in restyled

@@ -116,6 +116,13 @@ class RunScreen(PacedRunView):
     def on_screen_resume(self) -> None:
         self.redraw()
 
+    def _show_empty(self, empty: bool) -> None:
+        """The "no run" text instead of the run's panels, or the panels. Each widget's own display: a class
+        on the screen restyled every widget of the view when a run attached."""
+        self.query_one("#run-empty").display = empty
+        self.query_one("#run-main").display = not empty
+        self.query_one("#run-head").display = not empty
+
     def on_resize(self) -> None:
         self.set_class(self.size.width >= WIDE, "-wide")
 
@@ -154,7 +161,7 @@ class RunScreen(PacedRunView):
             clock = False  # a run not drawn yet is drawn whole (a clock redraw first left its router panel empty)
         if not clock:
             self.query_one(ContextBar).show_run(app.views, self.VIEW, run_context(app), app.readonly)
-            self.set_class(live is None, "-empty")
+            self._show_empty(live is None)
         if live is None:
             self.query_one("#run-empty", Static).update(self._empty_text())
             self.refresh_bindings()
