@@ -208,6 +208,10 @@ def key_presses(term: Term, names: list[str], gap: float, rss: list[tuple[float,
                 PRESSES.append((t - shown, t, phase))
         rss.append(procs.rss_mb())
         done += 1
+        # read the control client also when no key was pressed (the screen had no process's title yet): one
+        # left unread makes tmux stop reading the pane, the console's writes block, and the frame that would
+        # show the title never comes (a run of 9f8b4d6 sat 5 minutes so, its attach's frame half written)
+        term.forget(gap)
         time.sleep(gap)
     return _summary(lat, missed)
 
