@@ -4,7 +4,7 @@ had started every process, when it served, and each process stage's first / medi
 /proc/stat the machine's CPU over the come-up (busy and idle core-seconds). Then `atomdeck down`.
 Printed, not saved; benchmarks do not assert.
 
-    /work/coord/isolated .venv/bin/python bench/comeup_timeline.py 128
+    bench/isolated .venv/bin/python bench/comeup_timeline.py 128
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@ health checks' period (issue 19: a passing endpoint is asked every 2 s now, its 
 answers, and a process in state T is called unresponsive at its first miss). bench/serving.py measures the
 same at a fixed moment and writes serving.json; this one writes nothing, for before/after runs:
 
-    /work/coord/isolated .venv/bin/python bench/frozen_detect.py 8
-    PYTHONPATH=/tmp/old /work/coord/isolated .venv/bin/python bench/frozen_detect.py 8   # an older tree
+    bench/isolated .venv/bin/python bench/frozen_detect.py 8
+    PYTHONPATH=/tmp/old bench/isolated .venv/bin/python bench/frozen_detect.py 8   # an older tree
 
 Benchmarks write numbers, they do not assert them.
 """

@@ -4,7 +4,7 @@ through this machine's PATH) and the local launcher's connects in the watcher's 
 (node_probes.connect_here). Prints, per probe, the CPU of this process and of the processes it started, and
 the wall time.
 
-    /work/coord/isolated .venv/bin/python bench/handshake_probe.py [rounds]
+    bench/isolated .venv/bin/python bench/handshake_probe.py [rounds]
 
 The 512 listeners are on 127.0.N.1 (N = 1..64), in this network namespace. Numbers are printed, not asserted.
 """

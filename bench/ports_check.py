@@ -3,7 +3,7 @@ wall and CPU time of core's check_ports_free (the nodes' listening-socket table,
 lists) against a connect to every port (how it checked before 991d33c), 5 of each in turn. Headless, no process
 started; printed, not saved.
 
-    /work/coord/isolated .venv/bin/python bench/ports_check.py
+    bench/isolated .venv/bin/python bench/ports_check.py
 """
 
 from __future__ import annotations

@@ -17,10 +17,10 @@ Measured (issue 19's goals in brackets):
   cluster the engines run on other nodes and the console's host has only the console and its watcher;
   here 129 simulators share the console's 2 cores, so this says how much of the wait is theirs
 
-    /work/coord/isolated .venv/bin/python bench/scale_console.py          # 128 nodes
-    /work/coord/isolated .venv/bin/python bench/scale_console.py 16       # a smaller cluster
-    /work/coord/isolated .venv/bin/python bench/scale_console.py --engines-nice=19   # printed, not saved
-    /work/coord/isolated .venv/bin/python bench/scale_console.py --engines-cpus=1    # printed, not saved
+    bench/isolated .venv/bin/python bench/scale_console.py          # 128 nodes
+    bench/isolated .venv/bin/python bench/scale_console.py 16       # a smaller cluster
+    bench/isolated .venv/bin/python bench/scale_console.py --engines-nice=19   # printed, not saved
+    bench/isolated .venv/bin/python bench/scale_console.py --engines-cpus=1    # printed, not saved
     PRESSES_OUT=/tmp/presses.json ... bench/scale_console.py      # and each press, with the launch's time
 
 `--engines-cpus=1` pins every simulator to CPU 1 from its start (ATOMSIM_CPUS) and this process, tmux, the console

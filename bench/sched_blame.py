@@ -3,7 +3,7 @@ from a `perf sched record` of the whole machine, each charged to what ran on tha
 
     mount -t tracefs nodev /sys/kernel/tracing 2>/dev/null    # root; perf sched needs the sched tracepoints
     taskset -c 1 perf sched record -a -o /tmp/run.perf &      # started BEFORE the bench: forks tell who is who
-    /work/coord/isolated .venv/bin/python bench/scale_console.py 128
+    bench/isolated .venv/bin/python bench/scale_console.py 128
     kill -INT %1
     python3 bench/sched_blame.py /tmp/run.perf [--min-ms=2] [--from=S --to=S]
 

@@ -6,7 +6,7 @@
 - first write_request with no write-done (ATOMSIM_HANDSHAKE=refuse) -> the pair's failure is the run's headline
 - health + metrics requests per endpoint per second while serving, and the watcher's CPU while idle-serving 2P1D
 
-    /work/coord/isolated .venv/bin/python bench/serving.py [trials]
+    bench/isolated .venv/bin/python bench/serving.py [trials]
 
 Writes bench/results/serving.json. Run it in a private network namespace (ports 127.0.0.N).
 """

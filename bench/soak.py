@@ -4,8 +4,8 @@ descriptors (/proc/PID/fd) of the console and of its watcher process. Reported: 
 the first 5 minutes (least-squares slope), fd change over the same span. Goal (issue 19): growth
 < 5 MB per hour, no fd growth.
 
-    /work/coord/isolated .venv/bin/python bench/soak.py               # 30 minutes
-    /work/coord/isolated .venv/bin/python bench/soak.py --minutes 3   # a quick look (warm-up 1 minute)
+    bench/isolated .venv/bin/python bench/soak.py               # 30 minutes
+    bench/isolated .venv/bin/python bench/soak.py --minutes 3   # a quick look (warm-up 1 minute)
 
 The load: the load generator's streaming client (core/measure/client.py), `--concurrency` requests
 in flight (default 2), ISL 128 / OSL 32, each stream a fresh random prompt; results are counted,

@@ -4,8 +4,8 @@ to the screen showing that view (tmux control mode, as the other console benches
 "keys while starting" row of scale_console.py, measured there with 129 simulators booting on the same 2 cores;
 here the machine is quiet, so this is the console's own cost of a switch.
 
-    /work/coord/isolated .venv/bin/python bench/view_switch.py                        # 40 switches
-    /work/coord/isolated .venv/bin/python bench/view_switch.py --before OTHER/.venv/bin/atomdeck --rounds 3
+    bench/isolated .venv/bin/python bench/view_switch.py                        # 40 switches
+    bench/isolated .venv/bin/python bench/view_switch.py --before OTHER/.venv/bin/atomdeck --rounds 3
 
 --before: the `atomdeck` of another build (a venv of an older checkout), run in alternating rounds with this one
 so that both see the same machine. Printed and saved as section "view-switch".

@@ -18,8 +18,8 @@ at once (side by side, so they share the machine), until the run serves and at l
 passed (the handshake pairs move on after the router serves): their CPU and what they sent, the pair events
 among it.
 
-    /work/coord/isolated .venv/bin/python bench/watcher_cpu.py 32 --before 35178e9 --rounds 2
-    /work/coord/isolated .venv/bin/python bench/watcher_cpu.py 128 --before REV --coming-up --no-save
+    bench/isolated .venv/bin/python bench/watcher_cpu.py 32 --before 35178e9 --rounds 2
+    bench/isolated .venv/bin/python bench/watcher_cpu.py 128 --before REV --coming-up --no-save
 
 Benchmarks write numbers, they do not assert them.
 """

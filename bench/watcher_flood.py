@@ -4,7 +4,7 @@ CPU over `--seconds` read from /proc and the bytes it sends the console. `--befo
 watcher of that revision (`git archive`, first on PYTHONPATH) on the same run, alternating `--rounds` times;
 `--py-spy DIR` records each watcher (`py-spy record --nonblocking -f raw`) into DIR.
 
-    flock /tmp/atomdeck-bench.lock /work/coord/isolated .venv/bin/python bench/watcher_flood.py --before REV --rounds 2
+    flock /tmp/atomdeck-bench.lock bench/isolated .venv/bin/python bench/watcher_flood.py --before REV --rounds 2
 
 Benchmarks write numbers, they do not assert them (nothing is saved to latest.json).
 """

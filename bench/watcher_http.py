@@ -2,8 +2,8 @@
 its CPU over a window, its open sockets, and (with py-spy) where its samples go. Issue 19: HTTP health
 checks and metrics scrapes on one kept-alive connection per endpoint instead of a connect per request.
 
-    /work/coord/isolated .venv/bin/python bench/watcher_http.py            # 32 nodes, 60 s window
-    /work/coord/isolated .venv/bin/python bench/watcher_http.py 32 60 spy  # and 20 s of py-spy first
+    bench/isolated .venv/bin/python bench/watcher_http.py            # 32 nodes, 60 s window
+    bench/isolated .venv/bin/python bench/watcher_http.py 32 60 spy  # and 20 s of py-spy first
                                                    # (raw stacks left in /tmp/watcher_http_spy.txt)
 
 The run is started headless (`atomdeck up --wait`), then the watcher runs alone as the console starts it

@@ -7,7 +7,7 @@ most common stacks (6 frames each, the event loop's own frames left out). Few sa
 mean the main thread waited for a CPU (or the GIL) rather than worked: compare `n` with `dur` / 5 ms.
 
     PYTHONPATH=$PWD/bench/busy_trace BUSY_TRACE=/tmp/busy.json \\
-        /work/coord/isolated .venv/bin/python bench/scale_console.py --engines-cpus=1
+        bench/isolated .venv/bin/python bench/scale_console.py --engines-cpus=1
     .venv/bin/python bench/busy_trace/report.py /tmp/busy.json
 
 The sampler takes the GIL every 5 ms: it slows the console a little; use it to find where, not how long."""
