@@ -8,11 +8,11 @@ launcher, whose nodes are this machine, makes the connects in its own process in
 from __future__ import annotations
 
 import asyncio
-import errno
 import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
+from .probes import connect_failed
 from .shell import Result
 
 NodeRun = Callable[[list[str], float], Awaitable[Result]]
@@ -146,12 +146,8 @@ async def connect_here(targets: list[tuple[str, int]], timeout: float = 1.0) -> 
                 async with asyncio.timeout(timeout):
                     await loop.sock_connect(s, addr)
                 return "open"
-            except TimeoutError:
-                return "timeout"
-            except ConnectionRefusedError:
-                return "refused"
-            except OSError as e:
-                return {errno.ETIMEDOUT: "timeout", errno.ECONNREFUSED: "refused"}.get(e.errno or 0, "unreachable")
+            except OSError as e:  # (TimeoutError and ConnectionRefusedError too)
+                return connect_failed(e)
             finally:
                 s.close()
 

@@ -38,23 +38,26 @@ async def tcp_probe(host: str, port: int, timeout: float = 1.0, runner: Runner |
     return result
 
 
+def connect_failed(e: BaseException) -> str:
+    """The word for a connect that failed with `e`: "timeout", "refused" or "unreachable". An SSH channel's
+    open failure reads like a refusal. (The probes here and node_probes.connect_here both answer with it.)"""
+    if isinstance(e, TimeoutError) or getattr(e, "errno", None) == errno.ETIMEDOUT:
+        return "timeout"
+    if isinstance(e, ConnectionRefusedError) or getattr(e, "errno", None) == errno.ECONNREFUSED:
+        return "refused"
+    text = str(e).lower()
+    if "refused" in text or (not isinstance(e, OSError) and "open failed" in text):
+        return "refused"
+    return "unreachable"
+
+
 async def _tcp_probe(host: str, port: int, timeout: float, runner: Runner | None) -> str:
     runner = runner or _LOCAL
     try:
         async with asyncio.timeout(timeout):
             _, writer = await runner.open_connection(host, port)
-    except TimeoutError:
-        return "timeout"
-    except ConnectionRefusedError:
-        return "refused"
-    except OSError as e:
-        if e.errno in (errno.ECONNREFUSED,):
-            return "refused"
-        if e.errno in (errno.ETIMEDOUT,):
-            return "timeout"
-        return "refused" if "refused" in str(e).lower() else "unreachable"
-    except Exception as e:  # an SSH channel open failure reads like a refusal
-        return "refused" if "refused" in str(e).lower() or "open failed" in str(e).lower() else "unreachable"
+    except Exception as e:
+        return connect_failed(e)
     writer.close()
     try:
         async with asyncio.timeout(0.5):

@@ -145,3 +145,19 @@ def test_a_port_open_for_one_node_is_open_for_the_next_without_another_connect(t
     finally:
         opened.close()
         later.close()
+
+
+def test_a_failed_connect_gets_one_word_for_both_probes():
+    """probes.tcp_probe and connect_here name a failed connect with the same helper."""
+    import errno
+
+    from atomdeck.core.remote.probes import connect_failed
+
+    assert connect_failed(TimeoutError()) == "timeout"
+    assert connect_failed(OSError(errno.ETIMEDOUT, "Connection timed out")) == "timeout"
+    assert connect_failed(ConnectionRefusedError()) == "refused"
+    assert connect_failed(OSError(errno.ECONNREFUSED, "Connection refused")) == "refused"
+    assert connect_failed(OSError(errno.ENETUNREACH, "Network is unreachable")) == "unreachable"
+    assert connect_failed(OSError(errno.EHOSTUNREACH, "No route to host")) == "unreachable"
+    assert connect_failed(RuntimeError("Channel open failed")) == "refused"  # an SSH channel's refusal
+    assert connect_failed(OSError(errno.EIO, "open failed")) == "unreachable"
