@@ -19,7 +19,6 @@ from collections.abc import Awaitable, Callable, Iterable
 from datetime import datetime
 from functools import partial
 from pathlib import Path
-from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from rich.text import Text
@@ -624,11 +623,10 @@ class ConsoleApp(App[int]):
         """Add the default CSS of widget classes not shown yet, and parse the stylesheet now. The first mount of
         a class with CSS of its own makes Textual parse every source again (10-25 ms at 128 nodes on a busy
         machine): the first notice of a launch, and the footer's key groups, did so as the run attached, keys
-        waiting. Added now it is found unchanged then. (Textual's private `_css_bases`: a class's own CSS and
-        its bases', as a mounted instance adds them.)"""
+        waiting. Added now it is found unchanged then, as Widget._post_register adds it at a mount. (Textual's
+        private `_get_default_css`, asked of an instance never initialised: it reads only the class.)"""
         for cls in classes:
-            bases = SimpleNamespace(_node_bases=cls._css_bases(cls))
-            for read_from, css, tie_breaker, scope in DOMNode._get_default_css(bases):  # type: ignore[arg-type]
+            for read_from, css, tie_breaker, scope in cls.__new__(cls)._get_default_css():
                 self.stylesheet.add_source(css, read_from=read_from, is_default_css=True, tie_breaker=tie_breaker,
                                            scope=scope)
         self.stylesheet.rules_map  # noqa: B018 (the parse, and the map of rules by selector)
