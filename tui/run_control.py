@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib
+import time
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING
 
@@ -108,10 +109,10 @@ class RunController:
         self.app.gc_steward.due()  # wait for the steward's next quiet full pass
 
         try:
-            run = await Run.launch(self.app.workspace, a, progress=self._launch_said)
+            run = await Run.launch(self.app.workspace, a, progress=self._launch_said, on_run=self._run_created)
         except Exception as e:  # every refusal is shown, none crashes the console
             self.launching, self.launch_step, self._quit_armed = "", "", False
-            self.poke()
+            self.poke()  # (a run that exists stays attached, not watched: its view says so, D tears it down)
             findings = getattr(e, "findings", None)
             if findings:
                 self.app.push_screen(MessageDialog("Pre-flight failed: nothing was launched",
@@ -120,7 +121,11 @@ class RunController:
                 self.app.push_screen(MessageDialog("Launch failed", Text(str(e) or type(e).__name__)))
             return
         self.launching, self.launch_step, self._quit_armed = "", "", False
-        self.attach(run, settled=True)
+        live = self.live
+        if live is not None and live.run is run:
+            self._watch_live(live)
+        else:  # (a launch handler's Run that skipped on_run)
+            self.attach(run, settled=True)
         if before is not None and before.running:
             self.app.notify(f"run {before.id} keeps running (not watched now); 5 Runs lists it", title="Launched")
         self.app.notify(f"run {run.id}: {len(run.handles)} processes started", title="Launched")
@@ -134,26 +139,52 @@ class RunController:
         """Whole seconds since the launch key by the console's clock (0 when no launch works)."""
         return int(self.app.now() - self._launch_t0) if self.launching else 0
 
+    async def _run_created(self, run: Run) -> None:
+        """Core's launch made the run and is about to start its processes (Run.launch's on_run): attach it now,
+        not watched yet (the watcher finds the processes by the handles the starts write), so the run view shows
+        its processes pending, then started one by one, instead of a line of text. Its first whole draw (at 128
+        nodes ~100 ms of CPU, several times that in wall time once 129 processes boot) is made here, before the
+        first start: a key pressed while they start waits behind changed rows only (bench/scale_console.py)."""
+        from .live import LiveRun
+
+        self.launch_step = ""  # (what core said before: the ports check, the allocation; the count comes next)
+        live = self.live = LiveRun(run, settle=False)  # (launch_run settled the GC already)
+        self.poke()
+        screen = self.app.screen
+        if getattr(screen, "VIEW", None) != "run":  # the operator went to another view: drawn when shown
+            return
+        until = time.monotonic() + 2.0
+        while getattr(screen, "shown", None) is not live and time.monotonic() < until and self.live is live:
+            await asyncio.sleep(0.01)  # (the pulse's redraw is a message: it runs in the screen's turn)
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(screen.wait_for_refresh(), max(0.0, until - time.monotonic()))
+
     def attach(self, run: Run, watch: bool = True, settled: bool = False) -> LiveRun:
         """Make `run` the console's run (the previous one must have been detached) and watch it:
         core's Run.watch runs in a watcher process (watcher.py), which reports here. settled: the GC's
         settle pass was made already (launch_run, before the processes started)."""
         from .live import LiveRun  # with the run's events: not needed for the first frame
-        from .watch_client import WatchProcess
 
         live = LiveRun(run, settle=not settled)
         self.live = live
         if watch:
-            live.watching = True
-            self._watcher = WatchProcess(run)
-            # the watcher sends every line only of the processes a view shows (the log view, the last
-            # lines): under a flood the others would cost this loop 2,000 decoded lines a second each
-            self._watcher.on_from, self._watcher.on_count = live._on_from, live._on_count
-            live.use_watcher(self._watcher.want)
-            self._watch_worker = self.app.run_worker(self._watch(live, self._watcher), group="watch",
-                                                 exclusive=True, exit_on_error=False)
+            self._watch_live(live)
         self.poke()
         return live
+
+    def _watch_live(self, live: LiveRun) -> None:
+        """Watch the attached run: core's Run.watch in a watcher process (watcher.py), which reports here."""
+        from .watch_client import WatchProcess
+
+        live.watching = True
+        self._watcher = WatchProcess(live.run)
+        # the watcher sends every line only of the processes a view shows (the log view, the last
+        # lines): under a flood the others would cost this loop 2,000 decoded lines a second each
+        self._watcher.on_from, self._watcher.on_count = live._on_from, live._on_count
+        live.use_watcher(self._watcher.want)
+        self._watch_worker = self.app.run_worker(self._watch(live, self._watcher), group="watch",
+                                                 exclusive=True, exit_on_error=False)
+        self.poke()
 
     async def _watch(self, live: LiveRun, watcher: WatchProcess) -> None:
         try:
@@ -226,7 +257,7 @@ class RunController:
     def open_logs(self, names: list[str], node: str | None = None) -> None:
         from .screens.logs import LogScreen
 
-        if self.live is not None and names:
+        if self.live is not None and names and not self.refuse_while_launching("open its logs"):
             self.app.push_screen(LogScreen(self.live, names, node))
 
     def request_teardown(self, run_id: str | None = None) -> None:
@@ -343,6 +374,9 @@ class RunController:
             if live.teardown_running:
                 message.append("\n  (its teardown was interrupted: run `atomdeck down` to finish it)")
         self.quit_message = message
+        if self.launching and live is not None:  # the launch's run: its worker, cancelled as the app exits, owns it
+            self.live = None
+            live.detach()
         await self.detach()
         self.app.exit(0, message=message)
 

@@ -69,6 +69,8 @@ def describe_proc(p: ProcState, now: float) -> str:
         how = p.exit_detail or (f"exit {p.exit_code}" if p.exit_code is not None else "gone")
         last = _last(p)
         return f"{p.name} on {p.node} {how}; last: {last}{_meaning(last)}"
+    if p.stage == "pending":
+        return f"{p.name} on {p.node} not started yet"
     quiet = now - p.last_line_at if p.last_line_at else None
     stall = f", silent for {_ago(p.last_line_at, now)}" if quiet and quiet > STALL_AFTER_S else ""
     return (f"{p.name} on {p.node} alive, {p.stage.replace('_', ' ')} for {_ago(p.since or now, now)}{stall}; "
@@ -117,6 +119,12 @@ def diagnose(s: RunState, now: float | None = None) -> Diagnosis:
             return Diagnosis(f"KV handshake {pr.prefill} -> {pr.decode} failed: {pr.failed}", blocking,
                              [describe_proc(s.procs[n], now) for n in (pr.prefill, pr.decode) if n in s.procs],
                              pr.decode)
+    if s.status == "launching":  # core's launch starts the processes: nothing is watched before they all started
+        # (a launch tells the processes it started all at once, when every start returned)
+        pending = [p.name for p in s.procs.values() if p.stage == "pending"]
+        said = (f"starting {len(s.procs)} processes" if len(pending) == len(s.procs) else
+                f"{len(s.procs) - len(pending)} of {len(s.procs)} processes started")
+        return Diagnosis(f"launching: {said}", details=[f"not started yet: {name_ranges(pending)}"] if pending else [])
     failed_checks = [c for c in s.checks.values() if c.ok is False]
     sick = [f"node {n} is {detail or state}" for n, (state, detail, _) in s.conns.items() if state != "ok"]
     unwell = sorted((p for p in s.procs.values() if p.stage in HEALTH_STAGES), key=lambda p: p.since or now)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from pathlib import Path
@@ -136,9 +136,13 @@ class Run:
     # ---------------------------------------------------------------------------------------- creation
     @classmethod
     async def launch(cls, ws: Workspace, a: Assessment, job_id: str | None = None,
-                     progress: Callable[[str], None] | None = None) -> Run:
+                     progress: Callable[[str], None] | None = None,
+                     on_run: Callable[[Run], Awaitable[None]] | None = None) -> Run:
         """Start every process of an assessed plan. Refuses a plan with errors. `progress(text)` hears
-        what the launch does meanwhile: the ports check, the allocation's wait, pre-flight, the count started."""
+        what the launch does meanwhile: the ports check, the allocation's wait, pre-flight, the count started.
+        `on_run(run)` is awaited once the run exists (its directory, its plan files, its processes pending) and
+        before the first process starts: a console shows the run while its processes start, and draws it
+        before they take the machine's CPU."""
         if a.plan is None or not a.ok:
             errs = "; ".join(f"{f.rule}: {f.message}" for f in a.errors()) or "no plan"
             raise AtomdeckError(f"the plan has errors, nothing was launched: {errs}")
@@ -180,6 +184,8 @@ class Run:
         _write_plan_files(rd, a, processes)
         run = cls(rd, plan.recipe, plan.cluster, plan, processes, launcher, _fresh_state(run_id, plan, processes))
         run.emit(Event("run", value="launching", detail=f"{plan.shape} on {plan.cluster.name}"))
+        if on_run is not None:
+            await on_run(run)
         started = await launcher.start_many(processes)
         events: builtins.list[Event] = []
         for p, h in zip(processes, started):

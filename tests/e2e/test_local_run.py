@@ -21,9 +21,9 @@ from .conftest import workspace
 pytestmark = pytest.mark.slow
 
 
-def launch_and_watch(ws, runs, until=("serving", "failed"), timeout=30, said=None):
+def launch_and_watch(ws, runs, until=("serving", "failed"), timeout=30, said=None, on_run=None):
     async def go():
-        run = await Run.launch(ws, ws.assess(), progress=None if said is None else said.append)
+        run = await Run.launch(ws, ws.assess(), progress=None if said is None else said.append, on_run=on_run)
         runs.append(run)
         state = await run.watch(until=lambda s: s.status in until, timeout=timeout)
         return run, state
@@ -34,8 +34,16 @@ def launch_and_watch(ws, runs, until=("serving", "failed"), timeout=30, said=Non
                                           ("demo-2p1d", "2/2P 1/1D router serving")])
 def test_reaches_serving_then_down_leaves_nothing(recipe, shape, runs):
     said: list[str] = []
-    run, state = launch_and_watch(workspace(recipe), runs, said=said)
+    made: list[tuple] = []
+
+    async def on_run(run):  # what a console is shown of the run before the first start
+        made.append((list(said), run.state.status, {p.stage for p in run.state.procs.values()}, dict(run.handles),
+                     (run.rd.path / "plan.json").is_file(), diagnose(run.state).headline))
+
+    run, state = launch_and_watch(workspace(recipe), runs, said=said, on_run=on_run)
     assert state.status == "serving", state.diagnosis
+    n = len(run.processes)
+    assert made == [(said[:1], "launching", {"pending"}, {}, True, f"launching: starting {n} processes")], made
     # what the launch said it did: the ports, then a count that only goes up and ends with every process
     n, ports = len(run.processes), sum(len(p.ports) for p in run.processes.values())
     assert said[0] == f"checking that the {ports} ports are free on {len(run.plan.nodes)} nodes", said

@@ -44,7 +44,8 @@ async def launch(pilot, app) -> None:
     await pilot.press("3", "L")
     assert isinstance(app.screen, ConfirmDialog)
     await pilot.press("y")
-    await until(pilot, lambda: app.live is not None and isinstance(app.screen, RunScreen), what="the run view")
+    await until(pilot, lambda: app.live is not None and not app.launching and isinstance(app.screen, RunScreen),
+                what="the run view, its processes started")
 
 
 def on_start(monkeypatch, note) -> None:
@@ -238,19 +239,33 @@ async def test_tui_run_opens_on_that_run_and_readonly_cannot_tear_it_down():
     assert report.clean and gone(run) == []
 
 
-async def test_the_run_view_says_launching_on_screen_before_the_first_process_starts(monkeypatch):
+async def test_the_run_view_draws_the_run_before_the_first_process_starts(monkeypatch):
     """Once processes start (129 at 128 local nodes) each takes a share of the CPU: the run view's
-    "Launching ..." went out 7-12 s after the key. Now a frame with it is out before the first start."""
+    "Launching ..." went out 7-12 s after the key, and the run's panels, drawn whole when the launch ended,
+    held the loop 300 ms and more while keys waited. Now a frame with "Launching ..." is out before core
+    makes the run, and a frame with the run (LAUNCHING, every process pending in its table) before the first
+    start; the processes' starts then change rows of a view already drawn."""
+    from atomdeck.tui.widgets.run_panels import RunHeader
+
     app = live_app()
-    frames: list[str] = []  # what the run view said in each frame that went out
-    seen_at_start: list[list[str]] = []
-    on_start(monkeypatch, lambda: seen_at_start.append(list(frames)))
+    frames: list[tuple[str, str, list[str]]] = []  # each frame of the run view that went out: what it said
+    seen_at_start: list[list[tuple[str, str, list[str]]]] = []
+    live_at_start: list[object] = []
+
+    def note() -> None:
+        seen_at_start.append(list(frames))
+        live_at_start.append(app.live)
+
+    on_start(monkeypatch, note)
     async with app.run_test(size=BIG) as pilot:
         display = app._display
 
         def recorded(screen, renderable):
             if isinstance(screen, RunScreen) and renderable is not None:
-                frames.append(text_of(screen.query_one("#run-empty")))
+                main = screen.query_one("#run-main").display
+                frames.append((text_of(screen.query_one("#run-empty")) if not main else "",
+                               text_of(screen.query_one(RunHeader)) if main else "",
+                               list(screen.query_one(ProcessTable).names) if main else []))
             display(screen, renderable)
 
         app._display = recorded
@@ -258,8 +273,15 @@ async def test_the_run_view_says_launching_on_screen_before_the_first_process_st
         await launch(pilot, app)
         app._display = display
         assert len(seen_at_start) == 1
-        assert any(said.startswith("Launching demo-1p1d") for said in seen_at_start[0]), seen_at_start
+        said = seen_at_start[0]
+        assert any(empty.startswith("Launching demo-1p1d") for empty, _, _ in said), said
+        header, names = said[-1][1], said[-1][2]  # the last frame out before the first start
+        assert header.startswith(" LAUNCHING   0/1P 0/1D router pending"), said[-1]
+        assert "launching: starting 3 processes" in header, said[-1]
+        assert sorted(names) == ["decode-0", "prefill-0", "router"], said[-1]
         run = app.live.run
+        assert live_at_start == [app.live]  # the run attached then is the one watched now
+        assert app.live.watching and app.runs._watcher is not None
     report = await Run.open(run.id).teardown(grace=2)
     assert report.clean and gone(run) == []
 
@@ -318,14 +340,21 @@ async def test_the_run_view_counts_the_processes_a_launch_starts(monkeypatch):
             await pilot.press("3", "L", "y")
 
             def said() -> str:
-                return text_of(app.screen.query_one("#run-empty")) if isinstance(app.screen, RunScreen) else ""
+                if not isinstance(app.screen, RunScreen) or not app.screen.query_one("#run-main").display:
+                    return ""
+                from atomdeck.tui.widgets.run_panels import RunHeader
+                return text_of(app.screen.query_one(RunHeader))
 
             await until(pilot, lambda: "1 of 3 processes started" in said(), what="the first start counted")
-            assert said().startswith("Launching demo-1p1d (1P1D TP8) on local: 3 processes on 2 nodes"), said()
-            assert app.live is None  # still launching: the other two wait for this frame
+            assert said().startswith(" LAUNCHING "), said()  # the run's header: the run is drawn, not watched yet
+            assert app.launching and app.live is not None and not app.live.watching
+            await pilot.press("D")  # held back until the processes started: nothing asks, nothing tears down
+            await pilot.pause()
+            assert not isinstance(app.screen, ConfirmDialog) and app.live.teardown_running is False
             first_shown.set()
-            await until(pilot, lambda: app.live is not None, what="the launch to end")
+            await until(pilot, lambda: not app.launching and app.live.watching, what="the launch to end")
             assert app.runs.launch_step == ""
+            await until(pilot, lambda: "1 of 3 processes started" not in said(), what="the count gone")
     finally:
         first_shown.set()
         for meta in Run.list():  # whatever this launch started, also when the test failed half-way
@@ -364,7 +393,7 @@ async def test_preflight_findings_are_listed_with_their_nodes(monkeypatch):
                 Finding("preflight-model", "error", "model path /models/dsv4 missing", "model.path",
                         "copy the model to every node", node="mia1-p01-g03")]
 
-    async def refuse(ws, a, job_id=None, progress=None):
+    async def refuse(ws, a, job_id=None, progress=None, on_run=None):
         raise PreflightError(findings)
 
     monkeypatch.setattr(Run, "launch", staticmethod(refuse))

@@ -30,6 +30,12 @@ def test_a_128_node_come_up_names_the_first_owners_and_folds_the_rest():
     cells = [{"node": node, "host": f"127.0.1.{i}", "port": 8010, "role": role, "kind": "http", "owner": name}
              for i, (name, role, node) in enumerate(procs)]
     state = new_state("r1", procs, cells, [])
+    launching = diagnose(state, 100.0)  # (core's launch has not started them yet: nothing blocks)
+    assert launching.headline == "launching: starting 128 processes" and launching.blocking == []
+    assert launching.details == ["not started yet: prefill-0–63, decode-0–63"]
+    state.status = "starting"  # started, loading
+    for p in state.procs.values():
+        p.advance("launching", 50.0)
     d = diagnose(state, 100.0)
     assert len(d.blocking) == 128
     assert len(d.details) == LISTED + 1
@@ -38,4 +44,5 @@ def test_a_128_node_come_up_names_the_first_owners_and_folds_the_rest():
     assert name_ranges(["decode-3", "decode-1", "decode-2", "router", "s005", "s009", "s006"]) == \
         "decode-1–3, router, s005–006, s009"
     few = new_state("r2", procs[:3], cells[:3], [])
+    few.status = "starting"
     assert len(diagnose(few, 100.0).details) == 3  # a handful are each described, none folded
