@@ -119,12 +119,6 @@ def diagnose(s: RunState, now: float | None = None) -> Diagnosis:
             return Diagnosis(f"KV handshake {pr.prefill} -> {pr.decode} failed: {pr.failed}", blocking,
                              [describe_proc(s.procs[n], now) for n in (pr.prefill, pr.decode) if n in s.procs],
                              pr.decode)
-    if s.status == "launching":  # core's launch starts the processes: nothing is watched before they all started
-        # (a launch tells the processes it started all at once, when every start returned)
-        pending = [p.name for p in s.procs.values() if p.stage == "pending"]
-        said = (f"starting {len(s.procs)} processes" if len(pending) == len(s.procs) else
-                f"{len(s.procs) - len(pending)} of {len(s.procs)} processes started")
-        return Diagnosis(f"launching: {said}", details=[f"not started yet: {name_ranges(pending)}"] if pending else [])
     failed_checks = [c for c in s.checks.values() if c.ok is False]
     sick = [f"node {n} is {detail or state}" for n, (state, detail, _) in s.conns.items() if state != "ok"]
     unwell = sorted((p for p in s.procs.values() if p.stage in HEALTH_STAGES), key=lambda p: p.since or now)
@@ -161,10 +155,22 @@ def diagnose(s: RunState, now: float | None = None) -> Diagnosis:
         if workers_missing and len(missing) > len(workers_missing):
             details.append("the router's port opens only after every worker is up")
         details += sick
-        return Diagnosis(f"barrier: {n} cell(s) not open after {waited}; {details[0]}", blocking, details,
-                         culprit if culprit in s.procs else None)
+        headline = _launching(s) or f"barrier: {n} cell(s) not open after {waited}; {details[0]}"
+        return Diagnosis(headline, blocking, details, culprit if culprit in s.procs else None)
     if failed_checks:
         check = failed_checks[0]
         return Diagnosis(f"router check '{check.name}' failed: {check.detail}", [], [f"{x.name}: {x.detail}"
                                                                           for x in failed_checks], "router")
-    return Diagnosis(f"barrier complete; waiting for the router: {s.readiness()}")
+    return Diagnosis(_launching(s) or f"barrier complete; waiting for the router: {s.readiness()}")
+
+
+def _launching(s: RunState) -> str:
+    """While core's launch starts the processes (it tells them all at once, when every start returned): what
+    the headline says instead of the barrier's wait, which has not begun. The details stay the barrier's, each
+    owner "not started yet", so that they keep their shape when the wait begins (a console's layout)."""
+    if s.status != "launching":
+        return ""
+    pending = sum(p.stage == "pending" for p in s.procs.values())
+    if pending == len(s.procs):
+        return f"launching: starting {len(s.procs)} processes"
+    return f"launching: {len(s.procs) - pending} of {len(s.procs)} processes started"

@@ -30,9 +30,12 @@ def test_a_128_node_come_up_names_the_first_owners_and_folds_the_rest():
     cells = [{"node": node, "host": f"127.0.1.{i}", "port": 8010, "role": role, "kind": "http", "owner": name}
              for i, (name, role, node) in enumerate(procs)]
     state = new_state("r1", procs, cells, [])
-    launching = diagnose(state, 100.0)  # (core's launch has not started them yet: nothing blocks)
-    assert launching.headline == "launching: starting 128 processes" and launching.blocking == []
-    assert launching.details == ["not started yet: prefill-0–63, decode-0–63"]
+    # core's launch has not started them yet: the headline says so, the details have the shape they keep once
+    # the barrier's wait begins
+    launching = diagnose(state, 100.0)
+    assert launching.headline == "launching: starting 128 processes" and len(launching.blocking) == 128
+    assert len(launching.details) == LISTED + 1
+    assert launching.details[0] == "s000 :8010 not open — prefill-0 on s000 not started yet"
     state.status = "starting"  # started, loading
     for p in state.procs.values():
         p.advance("launching", 50.0)

@@ -70,7 +70,6 @@ class RunScreen(PacedRunView):
         self.drawn_changes: dict[str, int] = {}  # LiveRun.changes as last drawn
         self.redraws: dict[str, int] = {}  # panel -> times redrawn (tests: which events redraw what)
         self._pairs_timer = False  # a timer will draw the pairs' change the panel's rate held back
-        self.drawn_launching = False  # drawn while a launch started the run's processes (its keys held back)
 
     def compose(self) -> ComposeResult:
         yield ContextBar()
@@ -196,9 +195,7 @@ class RunScreen(PacedRunView):
             # (the launcher's count, as it starts them: core's state hears of them all at once, when all started)
             step = app.runs.launch_step or f"starting {len(state.procs)} processes"
             note = f"{step} … ({app.runs.launch_elapsed} s)"  # (q says what quitting now does, and asks again)
-        if bool(app.launching) != self.drawn_launching:  # D and enter wait for the launch to end
-            self.drawn_launching = bool(app.launching)
-            self.refresh_bindings()
+
         self.query_one(RunHeader).show(state, d, now, watching=live.watching, note=note)
         self.query_one(WhyPanel).show(state, d)
         # the light panels with the header, in the first turn (what changes each second there is a few lines);
@@ -355,10 +352,10 @@ class RunScreen(PacedRunView):
             box.focus()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action == "teardown":  # (while the launch starts the processes: once they started)
-            return not self.console.readonly and self.console.live is not None and not self.console.launching
-        if action == "open_log":  # (a process's log exists once it started)
-            return self.console.live is not None and not self.console.launching
-        if action == "panel":
+        # (while core's launch starts the processes, D and enter say to wait for the starts (RunController): the
+        # footer keeps its keys, not recomposed while 129 processes boot)
+        if action == "teardown":
+            return not self.console.readonly and self.console.live is not None
+        if action in ("open_log", "panel"):
             return self.console.live is not None
         return True
