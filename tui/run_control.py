@@ -142,9 +142,10 @@ class RunController:
     async def _run_created(self, run: Run) -> None:
         """Core's launch made the run and is about to start its processes (Run.launch's on_run): attach it now,
         not watched yet (the watcher finds the processes by the handles the starts write), so the run view shows
-        its processes pending, then started one by one, instead of a line of text. Its first whole draw (at 128
-        nodes ~100 ms of CPU, several times that in wall time once 129 processes boot) is made here, before the
-        first start: a key pressed while they start waits behind changed rows only (bench/scale_console.py)."""
+        the run LAUNCHING, its processes pending and the launcher's count in the header, instead of a line of text
+        (core's state hears of the starts all at once, when every start returned). Its first whole draw (at 128
+        nodes ~100 ms of CPU, 300 ms and more of wall time once 129 processes boot: it held a key at the attach)
+        is made here, before the first start (bench/scale_console.py)."""
         from .live import LiveRun
 
         self.launch_step = ""  # (what core said before: the ports check, the allocation; the count comes next)

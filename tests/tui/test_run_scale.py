@@ -151,3 +151,49 @@ async def test_a_run_attached_restyles_only_the_widgets_it_shows_or_hides(monkey
         await pilot.pause()
         assert screen.query_one("#run-empty").display and not screen.query_one("#run-main").display
         assert "RunScreen" not in restyled
+
+
+async def test_back_on_a_128_node_run_the_switch_frame_goes_first_and_the_panels_follow(monkeypatch):
+    """4 from another view redrew a 128-node run whole in the key's turn: while 129 processes started (the run is
+    shown from before the first start) that press took twice as long as 1 (bench/scale_console.py). Now the
+    switch's frame goes out with the panels as last drawn; a change made while the view was hidden follows, a
+    panel a frame, and so do the clock's times."""
+    from atomdeck.core.run.events import Event
+    from atomdeck.tui.screens.run import RunScreen
+
+    whole: list[int] = []
+    real = RunScreen.redraw
+
+    def redraw(self, clock: bool = False) -> None:
+        whole.append(1)
+        real(self, clock)
+
+    monkeypatch.setattr(RunScreen, "redraw", redraw)
+    app = make_app()
+    async with app.run_test(size=(160, 50)) as pilot:
+        screen = await _attached(pilot)
+        await pilot.pause(0.3)
+        await pilot.press("1")
+        await pilot.pause()
+        app.live.run.emit(Event("proc.stage", "decode-17", "http_up", "GET /health 200"))  # while hidden
+        whole.clear()
+        changes = screen.spread_changes
+        await pilot.press("4")
+        assert app.screen is screen
+        for _ in range(100):
+            if screen.drawn_version == app.live.version and not screen._clock_busy:
+                break
+            await pilot.pause(0.02)
+        assert whole == []
+        assert screen.spread_changes == changes + 1  # the change, spread
+        table = screen.query_one(ProcessTable)
+        assert "http up" in " ".join(str(c) for c in table.get_row("decode-17")), table.get_row("decode-17")
+        await pilot.press("1")
+        await pilot.pause()
+        clock_turns = screen.clock_turns
+        await pilot.press("4")  # nothing changed meanwhile: the clock's times only
+        for _ in range(100):
+            if screen.clock_turns is not clock_turns and not screen._clock_busy:
+                break
+            await pilot.pause(0.02)
+        assert whole == [] and screen.clock_turns is not clock_turns
