@@ -43,6 +43,7 @@ class RunController:
         self.launch_step = ""  # what that launch does now (core's progress: the allocation's wait, the count)
         self._launch_t0 = 0.0
         self._quit_armed = False  # q pressed once during a launch
+        self._quit_after_launch = False  # q pressed twice while the launch started the processes: quit when it ends
         self.quit_message: Text | None = None  # what quitting printed (the run left running)
         self._watch_worker: Worker | None = None
         self._watcher: WatchProcess | None = None
@@ -112,6 +113,10 @@ class RunController:
             run = await Run.launch(self.app.workspace, a, progress=self._launch_said, on_run=self._run_created)
         except Exception as e:  # every refusal is shown, none crashes the console
             self.launching, self.launch_step, self._quit_armed = "", "", False
+            if self._quit_after_launch:
+                self._quit_after_launch = False
+                await self.quit()
+                return
             self.poke()  # (a run that exists stays attached, not watched: its view says so, D tears it down)
             findings = getattr(e, "findings", None)
             if findings:
@@ -121,6 +126,10 @@ class RunController:
                 self.app.push_screen(MessageDialog("Launch failed", Text(str(e) or type(e).__name__)))
             return
         self.launching, self.launch_step, self._quit_armed = "", "", False
+        if self._quit_after_launch:  # (q twice while the processes started) quit now, the run running
+            self._quit_after_launch = False
+            await self.quit()
+            return
         live = self.live
         if live is not None and live.run is run:
             self._watch_live(live)
@@ -362,6 +371,14 @@ class RunController:
                         "holds is released; what it already started stays until `atomdeck down`",
                         title="Launching", severity="warning", timeout=8)
             return
+        if self.launching and live is not None:
+            # core's launch starts the run's processes (the run is attached: RunController._run_created). Cancelled
+            # now, the ones started would have no handle in the run's directory, and `atomdeck down` finds them by
+            # those: the console quits once every start returned (seconds), as it quits with a run running
+            self._quit_after_launch = True
+            self.app.notify("the processes are starting: the console quits once every start returned, and says "
+                            "how to stop them", title="Launching", severity="warning", timeout=8)
+            return
         if self.launching:
             message = Text.assemble(("atomdeck: ", "bold"), "the launch was interrupted. `atomdeck runs` lists it; "
                                     "stop what it started with ", ("atomdeck down RUN", "bold"))
@@ -375,9 +392,6 @@ class RunController:
             if live.teardown_running:
                 message.append("\n  (its teardown was interrupted: run `atomdeck down` to finish it)")
         self.quit_message = message
-        if self.launching and live is not None:  # the launch's run: its worker, cancelled as the app exits, owns it
-            self.live = None
-            live.detach()
         await self.detach()
         self.app.exit(0, message=message)
 

@@ -488,3 +488,60 @@ async def test_a_launch_attaches_without_parsing_the_stylesheet_or_creating_file
         assert opened_on and threading.main_thread().name not in opened_on
     report = await Run.open(run.id).teardown(grace=2)
     assert report.clean and gone(run) == []
+
+
+async def test_q_twice_while_the_processes_start_quits_once_they_started_and_down_stops_them(monkeypatch):
+    """q twice while core starts the processes cancelled the launch there: the started processes were left without
+    the handles in the run's directory that `atomdeck down` finds them by, and ran on (found by this test). Now
+    the run is attached while they start (Run.launch's on_run), and q twice quits once every start returned: the
+    message names the run and how to stop it, and core's teardown from its directory leaves nothing."""
+    import asyncio
+
+    from atomdeck.core.launch.local import LocalLauncher
+
+    app = live_app()
+    second = threading.Event()  # the starter's second line read: held there
+    release = threading.Event()
+    real_run_starter = LocalLauncher._run_starter
+
+    def run_starter(self, req, said):
+        heard: list[str] = []
+
+        def held(kind: str) -> None:
+            heard.append(kind)
+            if len(heard) == 2:
+                second.set()
+                release.wait(30)
+            said(kind)
+
+        return real_run_starter(self, req, held)
+
+    monkeypatch.setattr(LocalLauncher, "_run_starter", run_starter)
+    run_id = ""
+    try:
+        async with app.run_test(size=BIG) as pilot:
+            await ready(pilot)
+            await pilot.press("3", "L", "y")
+            await until(pilot, lambda: second.is_set() and app.live is not None, what="the starts under way")
+            run_id = app.live.id
+            await pilot.press("q", "q")
+            await pilot.pause(0.2)
+            assert app.is_running and app.launching  # waits for the starts
+            assert any("quits once every start returned" in n.message for n in app._notifications)
+            release.set()
+            for _ in range(200):
+                if not app.is_running:
+                    break
+                await asyncio.sleep(0.05)
+            assert not app.is_running
+        said = str(app.runs.quit_message)
+        assert f"run {run_id} is still running (3 processes" in said and f"atomdeck down {run_id}" in said, said
+    finally:
+        release.set()
+        for meta in Run.list():  # whatever this launch started, also when the test failed half-way
+            run = Run.open(meta["id"])
+            report = await run.teardown(grace=2)
+            assert report.clean and gone(run) == []
+    run = Run.open(run_id)
+    assert sorted(run.handles) == ["decode-0", "prefill-0", "router"]  # what `atomdeck down` finds them by
+    assert alive(run) == []
