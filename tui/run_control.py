@@ -368,8 +368,11 @@ class RunController:
         if self.launching and not self._quit_armed:
             self._quit_armed = True
             self.app.notify("a launch is in progress. Press q again to interrupt it and quit: an allocation it "
-                        "holds is released; what it already started stays until `atomdeck down`",
-                        title="Launching", severity="warning", timeout=8)
+                            "holds is released; what it already started stays until `atomdeck down`"
+                            if live is None else  # (its processes are starting: RunController._run_created)
+                            f"run {live.id} is starting its processes. Press q again to quit once every start "
+                            f"returned: the run keeps running, `atomdeck down {live.id}` stops it",
+                            title="Launching", severity="warning", timeout=8)
             return
         if self.launching and live is not None:
             # core's launch starts the run's processes (the run is attached: RunController._run_created). Cancelled

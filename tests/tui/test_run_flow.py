@@ -524,7 +524,11 @@ async def test_q_twice_while_the_processes_start_quits_once_they_started_and_dow
             await pilot.press("3", "L", "y")
             await until(pilot, lambda: second.is_set() and app.live is not None, what="the starts under way")
             run_id = app.live.id
-            await pilot.press("q", "q")
+            await pilot.press("q")
+            await pilot.pause()
+            assert any(f"Press q again to quit once every start returned: the run keeps running, `atomdeck down "
+                       f"{run_id}` stops it" in n.message for n in app._notifications)
+            await pilot.press("q")
             await pilot.pause(0.2)
             assert app.is_running and app.launching  # waits for the starts
             assert any("quits once every start returned" in n.message for n in app._notifications)
