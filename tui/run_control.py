@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib
-import time
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING
 
@@ -158,16 +157,14 @@ class RunController:
         from .live import LiveRun
 
         self.launch_step = ""  # (what core said before: the ports check, the allocation; the count comes next)
-        live = self.live = LiveRun(run, settle=False)  # (launch_run settled the GC already)
+        self.live = LiveRun(run, settle=False)  # (launch_run settled the GC already)
+        self.redraw()  # now, not at the next pulse (a run not drawn yet is drawn whole, in this turn)
         self.poke()
         screen = self.app.screen
         if getattr(screen, "VIEW", None) != "run":  # the operator went to another view: drawn when shown
             return
-        until = time.monotonic() + 2.0
-        while getattr(screen, "shown", None) is not live and time.monotonic() < until and self.live is live:
-            await asyncio.sleep(0.01)  # (the pulse's redraw is a message: it runs in the screen's turn)
         with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(screen.wait_for_refresh(), max(0.0, until - time.monotonic()))
+            await asyncio.wait_for(screen.wait_for_refresh(), 2.0)
 
     def attach(self, run: Run, watch: bool = True, settled: bool = False) -> LiveRun:
         """Make `run` the console's run (the previous one must have been detached) and watch it:

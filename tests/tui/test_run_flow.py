@@ -61,6 +61,39 @@ def on_start(monkeypatch, note) -> None:
     monkeypatch.setattr(LocalLauncher, "start_many", start_many)
 
 
+def hold_starts(monkeypatch, release: threading.Event, from_line: int = 2) -> threading.Event:
+    """Hold the local starter's report of each start from its `from_line`th line on until `release` is set (the
+    lines are read in a thread: the launch's count and its end wait there, the processes start all the same).
+    Returns the event set when the first held line came."""
+    from atomdeck.core.launch.local import LocalLauncher
+
+    reached = threading.Event()
+    real_run_starter = LocalLauncher._run_starter
+
+    def run_starter(self, req, said):
+        heard: list[str] = []
+
+        def held(kind: str) -> None:
+            heard.append(kind)
+            if len(heard) >= from_line:
+                reached.set()
+                release.wait(60)
+            said(kind)
+
+        return real_run_starter(self, req, held)
+
+    monkeypatch.setattr(LocalLauncher, "_run_starter", run_starter)
+    return reached
+
+
+async def tear_down_every_run() -> None:
+    """Whatever the tests' launches started, also when a test failed half-way: torn down, verified clean."""
+    for meta in Run.list():
+        run = Run.open(meta["id"])
+        report = await run.teardown(grace=2)
+        assert report.clean and gone(run) == []
+
+
 async def test_pick_layout_preview_launch_serving_teardown_verified_clean():
     app = live_app()
     async with app.run_test(size=BIG) as pilot:
@@ -316,24 +349,9 @@ async def test_the_run_view_counts_the_processes_a_launch_starts(monkeypatch):
     """A launch of 129 processes took 8-23 s with nothing but "Launching ..." on screen. Core's launch
     says what it does (Run.launch's progress), and the run view shows it: here the count, with the
     second and later starts' counts held until the screen showed the first."""
-    from atomdeck.core.launch.local import LocalLauncher
-
     app = live_app()
     first_shown = threading.Event()  # the starter's lines are read in a thread: the count is held there
-    real_run_starter = LocalLauncher._run_starter
-
-    def run_starter(self, req, said):
-        heard: list[str] = []
-
-        def held(kind: str) -> None:
-            heard.append(kind)
-            if len(heard) > 1:
-                first_shown.wait(60)
-            said(kind)
-
-        return real_run_starter(self, req, held)
-
-    monkeypatch.setattr(LocalLauncher, "_run_starter", run_starter)
+    hold_starts(monkeypatch, first_shown)
     try:
         async with app.run_test(size=BIG) as pilot:
             await ready(pilot)
@@ -357,10 +375,7 @@ async def test_the_run_view_counts_the_processes_a_launch_starts(monkeypatch):
             await until(pilot, lambda: "1 of 3 processes started" not in said(), what="the count gone")
     finally:
         first_shown.set()
-        for meta in Run.list():  # whatever this launch started, also when the test failed half-way
-            run = Run.open(meta["id"])
-            report = await run.teardown(grace=2)
-            assert report.clean and gone(run) == []
+        await tear_down_every_run()
 
 
 async def test_a_port_in_use_is_shown_as_a_dialog_and_nothing_runs():
@@ -497,26 +512,9 @@ async def test_q_twice_while_the_processes_start_quits_once_they_started_and_dow
     message names the run and how to stop it, and core's teardown from its directory leaves nothing."""
     import asyncio
 
-    from atomdeck.core.launch.local import LocalLauncher
-
     app = live_app()
-    second = threading.Event()  # the starter's second line read: held there
     release = threading.Event()
-    real_run_starter = LocalLauncher._run_starter
-
-    def run_starter(self, req, said):
-        heard: list[str] = []
-
-        def held(kind: str) -> None:
-            heard.append(kind)
-            if len(heard) == 2:
-                second.set()
-                release.wait(30)
-            said(kind)
-
-        return real_run_starter(self, req, held)
-
-    monkeypatch.setattr(LocalLauncher, "_run_starter", run_starter)
+    second = hold_starts(monkeypatch, release)  # the starter's second line read: held there
     run_id = ""
     try:
         async with app.run_test(size=BIG) as pilot:
@@ -542,10 +540,7 @@ async def test_q_twice_while_the_processes_start_quits_once_they_started_and_dow
         assert f"run {run_id} is still running (3 processes" in said and f"atomdeck down {run_id}" in said, said
     finally:
         release.set()
-        for meta in Run.list():  # whatever this launch started, also when the test failed half-way
-            run = Run.open(meta["id"])
-            report = await run.teardown(grace=2)
-            assert report.clean and gone(run) == []
+        await tear_down_every_run()
     run = Run.open(run_id)
     assert sorted(run.handles) == ["decode-0", "prefill-0", "router"]  # what `atomdeck down` finds them by
     assert alive(run) == []

@@ -118,19 +118,11 @@ class RunScreen(PacedRunView):
         if live is not None and live is self.shown and self._spreads(live):
             # a large run's view shown again (4 from another view): the switch's frame goes out with the panels
             # as they were last drawn, their line caches intact, and what changed meanwhile follows a panel a
-            # frame. Redrawn whole in the switch's turn, the 128-node view doubled the key's CPU (26 -> 13 ms
-            # headless) and, while 129 processes started, its wait (bench/scale_console.py: 21 -> 41 ms mean)
-            if live.version != self.drawn_version:
-                self.run_updated()
-            else:
-                self._tick_soon()
+            # frame. Redrawn whole in the switch's turn while 129 processes started, 4 took a mean 41 ms against
+            # 27 ms for 1 in the same runs (bench/scale_console.py; headless, nothing changing: no difference)
+            self.run_worker(self._clock(), group="run-redraw", exit_on_error=True)  # (a change or the times)
             return
         self.redraw()
-
-    def _tick_soon(self) -> None:
-        """The clock's redraw (the times) at the next turn, spread, unless one is under way."""
-        if not self._clock_busy:
-            self.run_worker(self._spread(clock=True), group="run-redraw", exit_on_error=True)
 
     def _show_empty(self, empty: bool) -> None:
         """The "no run" text instead of the run's panels, or the panels. Each widget's own display: a class
