@@ -36,7 +36,7 @@ def _reap_local_runs(state: Path) -> None:
     import warnings
     from concurrent.futures import ThreadPoolExecutor
 
-    from atomdeck.core.launch.local import is_ours
+    from atomdeck.core.launch.procfs import is_ours
     from atomdeck.core.run.run import Run
 
     for d in sorted(runs.iterdir()):

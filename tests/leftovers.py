@@ -5,7 +5,7 @@ from __future__ import annotations
 import socket
 import time
 
-from atomdeck.core.launch.local import group_members
+from atomdeck.core.launch.procfs import group_members
 from atomdeck.core.run.diagnose import describe_proc
 from atomdeck.core.run.events import RunState
 from atomdeck.core.run.run import Run

@@ -15,6 +15,7 @@ from ..run.diagnose import diagnose
 from ..run.events import LIVE, Event, RunState, jsonable
 from ..run.run import Run
 from ..run.rundir import RunDir
+from .output import fail
 
 _QUIET_KINDS = {"cell"}
 
@@ -65,6 +66,11 @@ def cmd_up(args: argparse.Namespace) -> int:
     return asyncio.run(_up(ws, a, args))
 
 
+def _interrupted(as_json: bool, message: str) -> None:
+    """Ctrl-C during `up`: say what was left and how to stop it (the exit status is 130 all the same)."""
+    fail(as_json, 130, "interrupted", message, text=[f"atomdeck: {message}"])
+
+
 def up_json(run: Run, state: RunState, *, waited: bool, timeout: float | None = None) -> dict:
     """What `up --json` prints: the run, where it serves, and (after --wait) how it ended."""
     d = diagnose(state)
@@ -80,7 +86,17 @@ def up_json(run: Run, state: RunState, *, waited: bool, timeout: float | None = 
 async def _up(ws, a, args) -> int:
     t0 = time.time()
     as_json = getattr(args, "json", False)
-    run = await Run.launch(ws, a, job_id=args.job, progress=_launch_progress(t0))
+    made: list[Run] = []
+
+    async def keep(run: Run) -> None:
+        made.append(run)
+
+    try:
+        run = await Run.launch(ws, a, job_id=args.job, progress=_launch_progress(t0), on_run=keep)
+    except asyncio.CancelledError:  # Ctrl-C: what started runs on, recorded; say how to stop it
+        if made:
+            _interrupted(as_json, made[0].state.diagnosis)
+        raise
     if not as_json:
         print(run.id, flush=True)
     if not args.wait:
@@ -94,6 +110,11 @@ async def _up(ws, a, args) -> int:
     timeout = args.timeout or (run.recipe.health.worker_timeout_s + run.recipe.health.router_timeout_s + 30)
     try:
         state = await run.watch(until=lambda s: s.status in ("serving", "failed"), timeout=timeout)
+    except asyncio.CancelledError:  # Ctrl-C while waiting: stop waiting, not the run
+        _interrupted(as_json, f"interrupted: stopped waiting for run {run.id} ({run.state.status}: "
+                              f"{run.state.readiness()}); it goes on: `atomdeck watch {run.id}` follows it, "
+                              f"`atomdeck down {run.id}` stops it")
+        raise
     finally:
         await run.close()
     if as_json:

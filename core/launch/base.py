@@ -139,6 +139,7 @@ class Launcher(Protocol):
     async def node_health(self, nodes: list[str]) -> dict[str, str]: ...
     async def start(self, spec: ProcessSpec) -> ProcHandle: ...
     async def start_many(self, specs: list[ProcessSpec]) -> list[ProcHandle | BaseException]: ...
+    def started_so_far(self) -> list[ProcHandle]: ...
     async def poll(self, handle: ProcHandle) -> ProcStatus: ...
     async def wait(self, handle: ProcHandle) -> ProcStatus: ...
     def tail(self, handle: ProcHandle, offset: int) -> AsyncIterator[tuple[int, str]]: ...
@@ -165,6 +166,7 @@ class LauncherBase(abc.ABC):
         self.on_facts: Callable[[dict], None] | None = None
         self.on_progress: Callable[[str], None] | None = None
         self._started_count = (0, 0)  # (started, failed) of the current start_many
+        self._started: dict[str, ProcHandle] = {}  # every process known started, also by a start cut short
 
     def _say(self, what: str) -> None:
         """Say what the launch is doing now (a console shows it, `up` prints it): a wait for an allocation
@@ -178,6 +180,12 @@ class LauncherBase(abc.ABC):
         s, f = s + started, f + failed
         self._started_count = (s, f)
         self._say(f"{s} of {total} processes started" + (f", {f} could not start" if f else ""))
+
+    def started_so_far(self) -> list[ProcHandle]:
+        """Every process this launcher knows it started, also when the start_many that started it was
+        cancelled or failed half-way (the run engine records them so that `atomdeck down` finds them; a
+        start whose answer never came is found by release()'s sweep instead)."""
+        return list(self._started.values())
 
     def _record(self, facts: dict) -> None:
         """Write facts into the run's run.json now (not when prepare() returns), so that a session that
@@ -214,6 +222,7 @@ class LauncherBase(abc.ABC):
             except Exception:
                 self._count_started(len(specs), failed=1)
                 raise
+            self._started[h.name] = h
             self._count_started(len(specs), started=1)
             return h
 

@@ -21,77 +21,14 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Collection
 from pathlib import Path
 from typing import Any
 
+from ..config.errors import AtomdeckError
 from ..design.commands import ProcessSpec
 from ..remote.filetail import follow
 from ..remote.listening import ListenTable, local_table
 from ..remote.loglines import read_lines
 from ..remote.node_probes import connect_here
 from .base import SUPERVISOR, LauncherBase, ProcHandle, ProcStatus, StopReport, marker, outlive_cancel
-
-
-def proc_stat(pid: int) -> tuple[str, int] | None:
-    """(state letter, process group) of a PID, or None if it does not exist."""
-    st = _stat(pid)
-    return None if st is None else (st[0], int(st[2]))
-
-
-def parent_of(pid: int) -> int | None:
-    st = _stat(pid)
-    return None if st is None else int(st[1])
-
-
-def _stat(pid: int) -> list[str] | None:
-    """/proc/PID/stat's fields after the command name: state, parent, process group, ..."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            data = f.read().decode(errors="replace")
-    except OSError:
-        return None
-    return data[data.rfind(")") + 2:].split()
-
-
-def alive(pid: int) -> bool:
-    """Alive and not a zombie (a killed orphan may linger as a zombie until PID 1 reaps it)."""
-    st = proc_stat(pid)
-    return st is not None and st[0] not in ("Z", "X")
-
-
-def scan_groups(pgids: Collection[int]) -> dict[int, list[int]]:
-    """The live (non-zombie) processes of each of these process groups, from one pass over /proc."""
-    out: dict[int, list[int]] = {pg: [] for pg in pgids}
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            st = proc_stat(int(entry.name))
-            if st and st[1] in out and st[0] not in ("Z", "X"):
-                out[st[1]].append(int(entry.name))
-    return out
-
-
-def group_members(pgid: int) -> list[int]:
-    """Live (non-zombie) processes in a process group."""
-    return scan_groups((pgid,))[pgid]
-
-
-def env_marker(run_id: str, name: str) -> str:
-    return f"ATOMDECK_RUN={run_id}:{name}"
-
-
-def is_ours(pgid: int, run_id: str, name: str) -> bool:
-    """Some live member of the group carries our marker in its environment (PIDs get reused, so this is
-    checked before any signal is sent)."""
-    return carries_marker(group_members(pgid), run_id, name)
-
-
-def carries_marker(pids: list[int], run_id: str, name: str) -> bool:
-    """One of these processes (a group's members, already read) carries our marker in its environment."""
-    want = env_marker(run_id, name).encode()
-    for pid in pids:
-        try:
-            if want in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
-                return True
-        except OSError:
-            continue
-    return False
+from .procfs import alive, carries_marker, marked_processes, parent_of, proc_stat, scan_groups
 
 
 def read_exit(path: str) -> int | None:
@@ -217,7 +154,6 @@ class LocalLauncher(LauncherBase):
     def __init__(self, run_id: str, run_dir: str):
         super().__init__(run_id, run_dir)
         self._starters: dict[int, subprocess.Popen] = {}  # pid -> a start_many's starter (reaped after a stop)
-        self._started: dict[str, ProcHandle] = {}  # every process started, also by a start cancelled meanwhile
         self._table: ListenTable | None = None
         self._opened: dict[tuple[str, int], float] = {}  # (host, port) -> when a connect_from last got in
         self._stop_batches: dict[float, tuple[list[ProcHandle], asyncio.Future]] = {}
@@ -395,6 +331,30 @@ class LocalLauncher(LauncherBase):
         out.update({id(h): r for h, r in zip(started, reports)})
         await self._reap_starters()
         return out
+
+    async def release(self, nodes: list[str] | None = None) -> list[str]:
+        """Sweep this machine (every node of a local cluster is this machine) for processes of the run that no
+        handle found: a launch cut short before it wrote its handles (a second Ctrl-C, a console killed while the
+        processes started) leaves them running, and only their environment's marker tells they are ours. Each is
+        SIGKILLed, as the ssh and Slurm sweeps do, and verified gone."""
+        left = await asyncio.to_thread(marked_processes, self.run_id)
+        if not left:
+            return []
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + KILL_VERIFY_S
+        while any(alive(pid) for pid in left) and time.monotonic() < deadline:
+            await asyncio.sleep(STOP_TICK_S)
+        await self._reap_starters()
+        named = sorted(set(left.values()))
+        names = ", ".join(named[:6]) + (f" and {len(named) - 6} more" if len(named) > 6 else "")
+        still = sorted(pid for pid in left if alive(pid))
+        if still:
+            raise AtomdeckError(f"this machine: {len(still)} process(es) of the run outlived SIGKILL "
+                                f"(PIDs {', '.join(map(str, still))}): look at them with `ps -o pid,stat,cmd -p "
+                                f"{','.join(map(str, still))}`")
+        return [f"this machine: swept {len(left)} leftover process(es) of the run ({names}): no handle knew them"]
 
     async def _reap_starters(self) -> None:
         """A starter whose processes have all ended exits at once: wait for it (its reaping thread reaps it),

@@ -47,6 +47,7 @@ class NodeSteps:
     shared_dir: str
     _children: dict[str, subprocess.Popen]  # node step key (or a process of its own step) -> its srun client
     _watchers: dict[str, asyncio.Task]  # node step key -> the task following its output
+    _started: dict[str, ProcHandle]  # LauncherBase's: every process known started
     _news: dict[str, asyncio.Event]
     _waiting: dict[str, dict[str, tuple[ProcHandle, asyncio.Future]]]  # node step -> its waiters
     _stop_batches: dict[tuple[str, float], tuple[list[ProcHandle], asyncio.Future]]
@@ -79,7 +80,9 @@ class NodeSteps:
 
         async def node(name: str, group: list[ProcessSpec]) -> None:
             try:
-                results.update({h.name: h for h in await self._start_node(name, group)})
+                handles = await self._start_node(name, group)
+                self._started.update({h.name: h for h in handles})
+                results.update({h.name: h for h in handles})
             except BaseException as e:
                 for s in group:
                     results[s.name] = e

@@ -12,8 +12,6 @@ from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from pathlib import Path
 
-import yaml
-
 from ..config.cluster import Cluster, parse_cluster
 from ..config.errors import AtomdeckError
 from ..config.recipe import Recipe, parse_recipe
@@ -31,6 +29,7 @@ from .diagnose import diagnose
 from .events import Event, RunState, new_state, replay
 from .ports import check_ports_free
 from .rundir import RunDir, new_run_id
+from .runfiles import write_design, write_plan_files
 from .watchers import Watchers, keep_going, raise_open_files_limit
 
 DEFAULT_GRACE = 10.0
@@ -157,13 +156,7 @@ class Run:
         if job_id:
             meta["job_id"] = job_id
         rd.write_json("run.json", meta)
-        rd.write_text("recipe.yaml", redacted_yaml(plan.recipe.model_dump(mode="json", exclude_defaults=True)))
-        rd.write_text("cluster.yaml", redacted_yaml(plan.cluster.model_dump(mode="json")))
-        sel = plan.selection
-        rd.write_json("selection.json", {"prefill": sel.prefill, "decode": sel.decode, "workers": sel.workers,
-                                         "router": sel.router, "overrides": sorted(plan.overrides)})
-        rd.write_json("inventory.json", [{"name": n.name, "addr": n.addr, "states": n.states, "gpus": n.gpus,
-                                          "partitions": n.partitions, "reason": n.reason} for n in plan.nodes])
+        write_design(rd, plan)
         launcher = make_launcher(plan.cluster, run_id, str(rd.path), meta)
         launcher.on_progress = progress
         try:
@@ -181,12 +174,16 @@ class Run:
         ctx = default_context(plan.cluster, run_id=run_id, job_id=meta.get("job_id"), log_dir=str(rd.path / "logs"),
                               nic=facts.get("nic", {}))
         processes = render(plan, ws.catalog, ctx)
-        _write_plan_files(rd, a, processes)
+        write_plan_files(rd, a, processes)
         run = cls(rd, plan.recipe, plan.cluster, plan, processes, launcher, _fresh_state(run_id, plan, processes))
         run.emit(Event("run", value="launching", detail=f"{plan.shape} on {plan.cluster.name}"))
         if on_run is not None:
             await on_run(run)
-        started = await launcher.start_many(processes)
+        try:
+            started = await launcher.start_many(processes)
+        except BaseException as e:  # cancelled (Ctrl-C, a console quit) or failed half-way: record what runs
+            await run._launch_cut_short(e)
+            raise
         events: builtins.list[Event] = []
         for p, h in zip(processes, started):
             if isinstance(h, BaseException):
@@ -201,7 +198,8 @@ class Run:
         handles = list(run.handles.values())
         _, cancelled = await outlive_cancel(asyncio.get_running_loop().run_in_executor(
             None, rd.save_handles, handles))
-        if cancelled:
+        if cancelled:  # every start returned, then the cancellation came: the run says so all the same
+            await run._launch_cut_short(asyncio.CancelledError())
             raise asyncio.CancelledError
         run.emit_many(events)
         if any(p.stage == "failed" for p in run.state.procs.values()):
@@ -210,6 +208,25 @@ class Run:
             run.emit(Event("run", value="starting", detail=f"{len(processes)} processes started"))
             rd.update_meta(status="starting")  # `atomdeck runs` says so even when nobody watches it
         return run
+
+    async def _launch_cut_short(self, why: BaseException) -> None:
+        """The launch stopped while its processes started: save a handle for each the launcher knows it started
+        (before anything else: `atomdeck down` stops the processes by them, and sweeps the nodes for any whose
+        start never answered), say they started, and mark the run failed, naming how to stop it. Outlives a
+        second cancellation; a second Ctrl-C that kills this process leaves the sweep to find them."""
+        handles = [h for h in self.launcher.started_so_far() if h.name in self.processes]
+        self.handles.update((h.name, h) for h in handles)
+        _, cancelled = await outlive_cancel(asyncio.get_running_loop().run_in_executor(
+            None, self.rd.save_handles, handles))
+        self.emit_many([Event("proc.started", h.name, detail=f"pid {h.pid} on {h.node}",
+                              data={"pid": h.pid, "node": h.node, "step": h.step}) for h in handles])
+        how = ("interrupted" if isinstance(why, (asyncio.CancelledError, KeyboardInterrupt))
+               else f"stopped by an error ({why})")
+        self._set_status("failed", f"the launch was {how} while its processes started: {len(handles)} of "
+                                   f"{len(self.processes)} started and left running; stop them with "
+                                   f"`atomdeck down {self.id}`")
+        if cancelled:
+            raise asyncio.CancelledError
 
     @classmethod
     def open(cls, run_id: str | None = None) -> Run:
@@ -421,28 +438,8 @@ class Run:
         await self.launcher.close()
 
 
-def redacted_yaml(data: dict) -> str:
-    """YAML of a recipe or cluster with the values of secret-looking env entries masked (run directories
-    never hold secrets)."""
-    def walk(obj, in_env: bool = False):
-        if isinstance(obj, dict):
-            return {k: (MASK if in_env and is_secret(str(k)) and v else walk(v, k == "env")) for k, v in obj.items()}
-        if isinstance(obj, list):
-            return [walk(v) for v in obj]
-        return obj
-    return yaml.safe_dump(walk(data), sort_keys=False, default_flow_style=False, width=100)
-
-
 def _fresh_state(run_id: str, plan: Plan, processes: list[ProcessSpec]) -> RunState:
     cells = [{"node": c.node, "host": c.host, "port": c.port, "role": c.role, "kind": c.kind, "owner": c.owner}
              for c in plan.barrier]
     pairs = [(p.name, d.name) for p in plan.role_endpoints("prefill") for d in plan.role_endpoints("decode")]
     return new_state(run_id, [(p.name, p.role, p.node) for p in processes], cells, pairs)
-
-
-def _write_plan_files(rd: RunDir, a: Assessment, processes: list[ProcessSpec]) -> None:
-    from ..design.export import export_script, plan_json
-
-    shown = Assessment(a.recipe, a.cluster, a.selection, a.plan, processes, a.findings)
-    rd.write_json("plan.json", plan_json(shown))
-    rd.write_text("commands.sh", export_script(shown))

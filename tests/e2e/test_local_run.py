@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -14,7 +15,8 @@ import pytest
 from atomdeck.core.run.diagnose import diagnose
 from atomdeck.core.run.run import Run
 
-from tests.leftovers import gone
+from tests.holds import hold_starts
+from tests.leftovers import alive, gone
 
 from .conftest import workspace
 
@@ -205,6 +207,121 @@ def test_sigkill_of_up_then_down_from_a_new_process_cleans_everything():
     assert down.returncode == 0, down.stdout + down.stderr
     assert "verified clean" in down.stdout
     assert gone(run) == []
+
+
+def launch_cut_short(ws, monkeypatch, runs) -> Run:
+    """A launch cancelled while its processes start (Ctrl-C in `atomdeck up`, a console quitting): the starter
+    has reported one start when the task is cancelled, and the rest once the cancellation is in."""
+    release = threading.Event()
+    reached = hold_starts(monkeypatch, release)
+    made: list[Run] = []
+
+    async def keep(run: Run) -> None:
+        made.append(run)
+        runs.append(run)
+
+    async def go() -> None:
+        task = asyncio.create_task(Run.launch(ws, ws.assess(), on_run=keep))
+        assert await asyncio.to_thread(reached.wait, 60), "the starter reported no start"
+        task.cancel()
+        await asyncio.sleep(0.1)
+        release.set()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(go())
+    (run,) = made
+    return run
+
+
+def test_a_launch_cancelled_while_its_processes_start_records_them_and_down_stops_them(runs, monkeypatch):
+    """The cancellation came inside start_many: the processes ran on, no handle was written, and `atomdeck
+    down` found nothing to stop (NOT clean, the ports open). What started is recorded, and the run says so."""
+    run = launch_cut_short(workspace("demo-2p1d"), monkeypatch, runs)
+    n = len(run.processes)
+    assert sorted(h.name for h in run.rd.handles()) == sorted(run.processes)
+    assert sorted(alive(run)) == sorted(run.processes)  # left running, as the message says
+    meta = run.rd.meta()
+    assert meta["status"] == "failed", meta
+    assert meta["diagnosis"] == (f"the launch was interrupted while its processes started: {n} of {n} started and "
+                                 f"left running; stop them with `atomdeck down {run.id}`"), meta
+    again = Run.open(run.id)  # another session (`atomdeck down`) finds every process by its handle
+    assert again.state.status == "failed" and set(again.handles) == set(run.processes)
+    assert {p.stage for p in again.state.procs.values()} == {"launching"}
+    report = asyncio.run(again.teardown(grace=2))
+    assert report.clean, report.lines()
+    assert gone(run) == []
+
+
+def test_down_sweeps_this_machine_for_processes_no_handle_knows(runs):
+    """A launch killed before it wrote its handles (a second Ctrl-C) leaves processes that only their
+    environment's marker ties to the run: the local launcher's release sweeps for them, as ssh's and Slurm's do."""
+    async def go() -> Run:
+        run = await Run.launch(workspace("demo-1p1d"), workspace("demo-1p1d").assess())
+        runs.append(run)
+        return run
+
+    run = asyncio.run(go())
+    assert sorted(alive(run)) == sorted(run.processes)
+    for f in (run.rd.path / "procs").glob("*.json"):
+        f.unlink()
+    again = Run.open(run.id)
+    assert again.handles == {}
+    report = asyncio.run(again.teardown(grace=2))
+    assert report.clean, report.lines()
+    assert gone(run) == []
+    (swept,) = report.released
+    assert swept.startswith("this machine: swept ") and "decode-0, prefill-0, router" in swept, swept
+    # and with every handle known, the sweep finds nothing and says nothing
+    assert asyncio.run(Run.open(run.id).teardown(grace=1)).released == []
+
+
+def test_ctrl_c_of_up_while_the_processes_start_says_what_runs_and_how_to_stop_it(runs, monkeypatch, capsys):
+    import argparse
+
+    from atomdeck.core.cli.run_verbs import _up
+
+    release = threading.Event()
+    reached = hold_starts(monkeypatch, release)
+    ws = workspace("demo-1p1d")
+    args = argparse.Namespace(json=False, job=None, wait=False, timeout=None)
+
+    async def go() -> None:
+        task = asyncio.create_task(_up(ws, ws.assess(), args))
+        assert await asyncio.to_thread(reached.wait, 60), "the starter reported no start"
+        task.cancel()  # what asyncio.run does with the main task on Ctrl-C
+        await asyncio.sleep(0.1)
+        release.set()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(go())
+    (meta,) = Run.list()
+    runs.append(Run.open(meta["id"]))
+    err = capsys.readouterr().err
+    assert (f"atomdeck: the launch was interrupted while its processes started: 3 of 3 started and left running; "
+            f"stop them with `atomdeck down {meta['id']}`") in err, err
+
+
+def test_ctrl_c_of_up_wait_stops_waiting_and_says_the_run_goes_on():
+    p = subprocess.Popen([sys.executable, "-m", "atomdeck.core.cli.main", "up", "demo-1p1d", "--wait"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=os.environ | {"ATOMDECK_SIM_SPEED": "1"})  # loads for seconds: waiting when hit
+    run_id = p.stdout.readline().strip()
+    assert run_id, p.stderr.read()
+    try:
+        os.kill(p.pid, signal.SIGINT)
+        _, err = p.communicate(timeout=30)
+        assert p.returncode == 130, err
+        run = Run.open(run_id)
+        assert f"atomdeck: interrupted: stopped waiting for run {run_id} (" in err, err
+        assert f"it goes on: `atomdeck watch {run_id}` follows it, `atomdeck down {run_id}` stops it" in err, err
+        assert "Traceback" not in err, err
+        assert sorted(alive(run)) == sorted(run.processes)
+    finally:
+        down = _atomdeck("down", run_id)
+    assert down.returncode == 0 and "verified clean" in down.stdout, down.stdout + down.stderr
+    assert gone(Run.open(run_id)) == []
 
 
 def test_cli_up_wait_status_logs_down():

@@ -10,8 +10,9 @@ from datetime import datetime
 from atomdeck.core.design.workspace import load_workspace
 from atomdeck.core.launch.base import ProcHandle
 from atomdeck.core.run.events import Event, new_state
-from atomdeck.core.run.run import Run, redacted_yaml
+from atomdeck.core.run.run import Run
 from atomdeck.core.run.rundir import RunDir
+from atomdeck.core.run.runfiles import redacted_yaml
 
 LAUNCHED = datetime(2025, 1, 1, 11, 58, 45)  # 75 s before the tests' frozen clock (12:00:00)
 PIDS = {"prefill-0": 41210, "prefill-1": 41211, "decode-0": 41212, "router": 41213}

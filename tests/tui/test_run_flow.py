@@ -24,6 +24,7 @@ from atomdeck.tui.widgets.node_table import NodeTable
 from atomdeck.tui.widgets.process_table import ProcessTable
 from textual.widgets import DataTable
 
+from tests.holds import hold_starts
 from tests.leftovers import alive, gone
 
 from .conftest import ready
@@ -59,31 +60,6 @@ def on_start(monkeypatch, note) -> None:
         return await real(self, specs)
 
     monkeypatch.setattr(LocalLauncher, "start_many", start_many)
-
-
-def hold_starts(monkeypatch, release: threading.Event, from_line: int = 2) -> threading.Event:
-    """Hold the local starter's report of each start from its `from_line`th line on until `release` is set (the
-    lines are read in a thread: the launch's count and its end wait there, the processes start all the same).
-    Returns the event set when the first held line came."""
-    from atomdeck.core.launch.local import LocalLauncher
-
-    reached = threading.Event()
-    real_run_starter = LocalLauncher._run_starter
-
-    def run_starter(self, req, said):
-        heard: list[str] = []
-
-        def held(kind: str) -> None:
-            heard.append(kind)
-            if len(heard) >= from_line:
-                reached.set()
-                release.wait(60)
-            said(kind)
-
-        return real_run_starter(self, req, held)
-
-    monkeypatch.setattr(LocalLauncher, "_run_starter", run_starter)
-    return reached
 
 
 async def tear_down_every_run() -> None:

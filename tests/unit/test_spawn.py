@@ -16,7 +16,8 @@ from pathlib import Path
 from atomdeck.core.design.commands import ProcessSpec
 from atomdeck.core.launch import base
 from atomdeck.core.launch.base import ProcHandle
-from atomdeck.core.launch.local import LocalLauncher, alive, parent_of, proc_stat
+from atomdeck.core.launch.local import LocalLauncher
+from atomdeck.core.launch.procfs import alive, parent_of, proc_stat
 
 RUN = "spawn-test-1"
 

@@ -11,7 +11,8 @@ import subprocess
 import time
 
 from atomdeck.core.launch.base import ProcHandle
-from atomdeck.core.launch.local import LocalLauncher, carries_marker, env_marker, scan_groups, stop_groups
+from atomdeck.core.launch.local import LocalLauncher, stop_groups
+from atomdeck.core.launch.procfs import carries_marker, env_marker, scan_groups
 
 RUN = "r-stop-groups"
 # the group leader dies on SIGTERM; its child ignores it (the disposition survives exec) and stays alone

@@ -10,7 +10,8 @@ import sys
 import time
 
 from atomdeck.core.launch.base import ProcHandle
-from atomdeck.core.launch.local import group_members, stop_groups
+from atomdeck.core.launch.local import stop_groups
+from atomdeck.core.launch.procfs import group_members
 
 
 def test_a_stopped_group_leaves_on_sigterm_not_after_the_grace_period():

@@ -1,0 +1,45 @@
+"""What a new run directory is given of its design, before its first process starts: the recipe and the cluster
+(secrets masked), the selection and the inventory (enough for `Run.open`, also when the launch dies half-way), then
+the plan and every command as rendered for this run."""
+
+from __future__ import annotations
+
+import yaml
+
+from ..config.secrets import MASK, is_secret
+from ..design.commands import ProcessSpec
+from ..design.lint import Assessment
+from ..design.plan import Plan
+from .rundir import RunDir
+
+
+def write_design(rd: RunDir, plan: Plan) -> None:
+    """recipe.yaml, cluster.yaml, selection.json, inventory.json: what `Run.open` rebuilds the plan from."""
+    rd.write_text("recipe.yaml", redacted_yaml(plan.recipe.model_dump(mode="json", exclude_defaults=True)))
+    rd.write_text("cluster.yaml", redacted_yaml(plan.cluster.model_dump(mode="json")))
+    sel = plan.selection
+    rd.write_json("selection.json", {"prefill": sel.prefill, "decode": sel.decode, "workers": sel.workers,
+                                     "router": sel.router, "overrides": sorted(plan.overrides)})
+    rd.write_json("inventory.json", [{"name": n.name, "addr": n.addr, "states": n.states, "gpus": n.gpus,
+                                      "partitions": n.partitions, "reason": n.reason} for n in plan.nodes])
+
+
+def redacted_yaml(data: dict) -> str:
+    """YAML of a recipe or cluster with the values of secret-looking env entries masked (run directories
+    never hold secrets)."""
+    def walk(obj, in_env: bool = False):
+        if isinstance(obj, dict):
+            return {k: (MASK if in_env and is_secret(str(k)) and v else walk(v, k == "env")) for k, v in obj.items()}
+        if isinstance(obj, list):
+            return [walk(v) for v in obj]
+        return obj
+    return yaml.safe_dump(walk(data), sort_keys=False, default_flow_style=False, width=100)
+
+
+def write_plan_files(rd: RunDir, a: Assessment, processes: list[ProcessSpec]) -> None:
+    """plan.json and commands.sh, with the commands rendered for this run (its addresses, its log paths)."""
+    from ..design.export import export_script, plan_json
+
+    shown = Assessment(a.recipe, a.cluster, a.selection, a.plan, processes, a.findings)
+    rd.write_json("plan.json", plan_json(shown))
+    rd.write_text("commands.sh", export_script(shown))
