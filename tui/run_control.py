@@ -117,6 +117,8 @@ class RunController:
                 await self.quit()
                 return
             self.poke()  # (a run that exists stays attached, not watched: its view says so, D tears it down)
+            if self.live is None and before is not None:  # refused before a run existed: back to the one watched
+                await self._open_run(before.id)
             findings = getattr(e, "findings", None)
             if findings:
                 self.app.push_screen(MessageDialog("Pre-flight failed: nothing was launched",

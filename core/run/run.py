@@ -27,6 +27,7 @@ from ..remote.probes import tcp_probe
 from .barrier import BarrierProber
 from .diagnose import diagnose
 from .events import Event, RunState, new_state, replay
+from .inuse import check_nodes_free
 from .ports import check_ports_free
 from .rundir import RunDir, new_run_id
 from .runfiles import write_design, write_plan_files
@@ -149,6 +150,7 @@ class Run:
         say = progress or (lambda _: None)
         ports = sum(len(p.ports) for p in a.processes)
         say(f"checking that the {ports} ports are free on {len(plan.nodes)} nodes")
+        await check_nodes_free(plan)
         await check_ports_free(plan, a.processes, make_launcher(plan.cluster, "preflight", "/", {}))
         run_id = new_run_id(plan.recipe.name)
         rd = RunDir.create(run_id)

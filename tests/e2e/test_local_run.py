@@ -324,6 +324,34 @@ def test_ctrl_c_of_up_wait_stops_waiting_and_says_the_run_goes_on():
     assert gone(Run.open(run_id)) == []
 
 
+def test_a_second_launch_onto_nodes_a_live_run_uses_is_refused_naming_that_run(runs):
+    """A real worker binds its port only once its weights are loaded: the ports check let a second launch onto the
+    same nodes go ahead meanwhile. The run directories say which run holds the nodes, and its processes are
+    asked (by their marker) whether they live."""
+    from atomdeck.core.config.errors import AtomdeckError
+
+    ws = workspace("demo-1p1d")
+
+    async def first() -> Run:
+        run = await Run.launch(ws, ws.assess())
+        runs.append(run)
+        return run
+
+    run = asyncio.run(first())
+    with pytest.raises(AtomdeckError) as refused:
+        asyncio.run(Run.launch(ws, ws.assess()))
+    assert str(refused.value) == (
+        f"node(s) in use, nothing was launched: demo-n01, demo-n02 by run {run.id} (starting: decode-0, prefill-0, "
+        f"router); stop it first with `atomdeck down {run.id}`. Or pick other nodes"), refused.value
+    assert [m["id"] for m in Run.list()] == [run.id]  # the refused launch left no run directory
+    # a run whose processes are gone (nobody watched it: its run.json still says starting) holds nothing
+    for h in run.handles.values():
+        os.killpg(h.pid, signal.SIGKILL)
+    assert Run.open(run.id).rd.meta()["status"] == "starting"
+    second = asyncio.run(first())
+    assert second.id != run.id and second.state.status == "starting"
+
+
 def test_cli_up_wait_status_logs_down():
     up = _atomdeck("up", "demo-1p1d", "--wait")
     assert up.returncode == 0, up.stderr

@@ -217,6 +217,30 @@ async def test_quit_leaves_the_run_running_and_another_console_tears_it_down():
     assert gone(run) == []
 
 
+async def test_a_launch_onto_the_nodes_of_the_watched_run_is_refused_and_that_run_is_watched_again():
+    """The launch let go of the watched run first; a launch refused before its run existed left the console on
+    "No run attached", the serving run to be found on 5 Runs."""
+    app = live_app()
+    async with app.run_test(size=BIG) as pilot:
+        await ready(pilot)
+        await launch(pilot, app)
+        run = app.live.run
+        await pilot.press("3", "L", "y")
+        await until(pilot, lambda: isinstance(app.screen, MessageDialog) and app.screen.query(".dialog-body"),
+                    what="the refusal")
+        assert "Launch failed" in text_of(app.screen.query_one(".dialog-title"))
+        said = text_of(app.screen.query_one(".dialog-body"))
+        assert f"by run {run.id}" in said and f"atomdeck down {run.id}" in said, said
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(app.screen, RunScreen) and app.live is not None, what="the run again")
+        assert app.live.id == run.id and app.live.watching
+        assert [m["id"] for m in Run.list()] == [run.id]
+        await pilot.press("D", "y")
+        await until(pilot, lambda: app.live.report is not None, what="the teardown report")
+        assert app.live.report.clean, app.live.report.lines()
+    assert gone(run) == []
+
+
 async def test_tui_run_opens_on_that_run_and_readonly_cannot_tear_it_down():
     ws = load_workspace("demo-1p1d", "local")
     ws.inventory = ws.cluster.static_inventory()

@@ -1,0 +1,96 @@
+"""Before a launch: refuse nodes that another run launched from this machine still uses.
+
+The ports check sees only ports already bound, and a real ATOM worker binds its server port only once its
+weights are loaded, minutes after it started: a second launch onto the same nodes meanwhile passed the check and
+its workers fought the first run's for the GPUs and ports. The run directories say which runs may be live and on
+which nodes; whether they are is asked, not trusted (a run nobody watched keeps the last status it was given):
+on this machine by the run's marker in each process's environment, over SSH by polling the run's processes on
+the nodes wanted. Slurm runs are left to Slurm: a second holding job waits until the nodes are free."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+from pathlib import Path
+
+from ..config.errors import AtomdeckError
+from ..design.plan import Plan
+from ..launch.procfs import alive, marked_processes
+from .rundir import RunDir
+
+MAYBE_LIVE = ("launching", "starting", "serving", "degraded", "stopping")
+POLL_TIMEOUT_S = 10.0
+
+
+async def check_nodes_free(plan: Plan) -> None:
+    """Raise naming the run, the nodes and how to stop it when a live run uses any node of `plan`."""
+    if plan.cluster.launcher == "slurm":
+        return
+    wanted = set(plan.selection.all())
+    busy: list[str] = []
+    for rd, meta, nodes in await asyncio.to_thread(_candidates, wanted):
+        names = await _alive_on(rd, meta, nodes)
+        if names:
+            shown = ", ".join(names[:6]) + (f" and {len(names) - 6} more" if len(names) > 6 else "")
+            busy.append(f"{', '.join(sorted(nodes))} by run {rd.id} ({meta.get('status')}: {shown}); stop it "
+                        f"first with `atomdeck down {rd.id}`")
+    if busy:
+        raise AtomdeckError(f"node(s) in use, nothing was launched: {'; '.join(busy)}. Or pick other nodes")
+
+
+def _candidates(wanted: set[str]) -> list[tuple[RunDir, dict, set[str]]]:
+    """(run directory, its run.json, the wanted nodes it holds) of every run that may be live on them."""
+    out = []
+    for rd in RunDir.all():
+        try:
+            meta = rd.meta()
+            if meta.get("status") not in MAYBE_LIVE or meta.get("launcher") == "slurm":
+                continue
+            sel = rd.read_json("selection.json")
+        except (AtomdeckError, OSError, ValueError):
+            continue
+        nodes = wanted & {*sel.get("prefill", ()), *sel.get("decode", ()), *sel.get("workers", ())}
+        if nodes:
+            out.append((rd, meta, nodes))
+    return out
+
+
+async def _alive_on(rd: RunDir, meta: dict, nodes: set[str]) -> list[str]:
+    """The run's processes alive on `nodes` (names), or who is launching it; [] when none is, or when that
+    cannot be told (a node that does not answer is pre-flight's to report)."""
+    if meta.get("launcher") == "local":
+        return sorted(set((await asyncio.to_thread(marked_processes, rd.id)).values())) or _launching(meta)
+    from .run import Run
+
+    try:
+        run = Run.open(rd.id)
+    except AtomdeckError:
+        return []
+    try:
+        handles = [h for h in run.handles.values() if h.node in nodes]
+        if not handles:
+            return _launching(meta)
+        async with asyncio.timeout(POLL_TIMEOUT_S):
+            got = await asyncio.gather(*(run.launcher.poll(h) for h in handles), return_exceptions=True)
+    except TimeoutError:
+        return []
+    finally:
+        with contextlib.suppress(Exception):
+            await run.launcher.close()
+    return sorted(h.name for h, st in zip(handles, got) if not isinstance(st, BaseException) and st.alive)
+
+
+def _launching(meta: dict) -> list[str]:
+    """A run still launching from this machine: the atomdeck process that launches it is alive."""
+    pid = meta.get("console_pid")
+    if meta.get("status") != "launching" or meta.get("console_host") != socket.gethostname() or not pid:
+        return []
+    if pid == os.getpid() or not alive(pid):
+        return []
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return []
+    return [f"being launched by atomdeck (pid {pid})"] if b"atomdeck" in cmdline else []
