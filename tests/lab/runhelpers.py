@@ -130,7 +130,14 @@ def cli(*args, timeout=180):
 
 
 def teardown(run_id: str):
-    return asyncio.run(Run.open(run_id).teardown(grace=3))
+    """A new session's teardown of the run (as `atomdeck down`), its connections closed: its report."""
+    async def go():
+        run = Run.open(run_id)
+        try:
+            return await run.teardown(grace=3)
+        finally:
+            await run.close()
+    return asyncio.run(go())
 
 
 def wait_for(pred, timeout: float, interval: float = 0.1):

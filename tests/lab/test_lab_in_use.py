@@ -9,7 +9,7 @@ import pytest
 from atomdeck.core.config.errors import AtomdeckError
 from atomdeck.core.run.run import Run
 
-from .runhelpers import launch, run_pids, workspace
+from .runhelpers import launch, run_pids, teardown, workspace
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
@@ -36,14 +36,7 @@ def test_a_launch_onto_nodes_of_a_live_ssh_run_is_refused_and_onto_others_goes_a
         asyncio.run(go())
     finally:
         for run in started:
-            report = asyncio.run(_down(run.id))
+            report = teardown(run.id)
             assert report.clean, report.lines()
     assert len(started) == 2 and all(run_pids(lab, run.id) == {} for run in started)
 
-
-async def _down(run_id: str):
-    again = Run.open(run_id)
-    try:
-        return await again.teardown(grace=3)
-    finally:
-        await again.close()

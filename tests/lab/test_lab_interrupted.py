@@ -12,7 +12,7 @@ from atomdeck.core.run.run import Run
 
 from tests.leftovers import open_ports
 
-from .runhelpers import run_pids, squeue_job, workspace
+from .runhelpers import run_pids, squeue_job, teardown, workspace
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
 
@@ -49,7 +49,7 @@ def test_a_launch_cancelled_once_a_node_started_is_torn_down_clean(lab, cluster,
         assert handles and all(h.pid for h in handles), handles  # at least the node that said so
     finally:
         if made:
-            report = asyncio.run(_down(made[0].id))
+            report = teardown(made[0].id)
     assert report.clean, report.lines()
     # the nodes still starting when the cancellation came: their processes had no handle, the sweep got them
     assert len(handles) < len(run.processes) and any("swept" in r for r in report.released), report.released
@@ -57,10 +57,3 @@ def test_a_launch_cancelled_once_a_node_started_is_torn_down_clean(lab, cluster,
     if cluster == "lab":
         assert squeue_job(str(meta["job_id"])) == ""
 
-
-async def _down(run_id: str):
-    again = Run.open(run_id)
-    try:
-        return await again.teardown(grace=3)
-    finally:
-        await again.close()
