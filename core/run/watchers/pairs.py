@@ -44,7 +44,12 @@ async def at_most(n: int, jobs: list[Coroutine]) -> None:
         finally:
             job.close()  # (cancelled while it waited for the gate: never started, closed without a warning)
 
-    errors = [e for e in await asyncio.gather(*(one(j) for j in jobs), return_exceptions=True) if e is not None]
+    try:
+        ended = await asyncio.gather(*(one(j) for j in jobs), return_exceptions=True)
+    finally:  # cancelled before a job's task first ran, `one` never started: close its job here
+        for job in jobs:
+            job.close()
+    errors = [e for e in ended if e is not None]
     if errors:
         raise errors[0]
 
