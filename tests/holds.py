@@ -15,14 +15,14 @@ def hold_starts(monkeypatch, release: threading.Event, from_line: int = 2) -> th
     real_run_starter = LocalLauncher._run_starter
 
     def run_starter(self, req, said):
-        heard: list[str] = []
+        heard: list[list] = []
 
-        def held(kind: str) -> None:
-            heard.append(kind)
+        def held(item: list) -> None:
+            heard.append(item)
             if len(heard) >= from_line:
                 reached.set()
                 release.wait(60)
-            said(kind)
+            said(item)
 
         return real_run_starter(self, req, held)
 

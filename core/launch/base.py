@@ -134,6 +134,7 @@ class Launcher(Protocol):
     kind: str
     on_facts: Callable[[dict], None] | None
     on_progress: Callable[[str], None] | None
+    on_started: Callable[[ProcHandle], None] | None
 
     async def prepare(self, plan: Plan, processes: list[ProcessSpec]) -> dict: ...
     async def node_health(self, nodes: list[str]) -> dict[str, str]: ...
@@ -165,6 +166,7 @@ class LauncherBase(abc.ABC):
         self.run_dir = run_dir
         self.on_facts: Callable[[dict], None] | None = None
         self.on_progress: Callable[[str], None] | None = None
+        self.on_started: Callable[[ProcHandle], None] | None = None  # each start, as it is known (on the loop)
         self._started_count = (0, 0)  # (started, failed) of the current start_many
         self._started: dict[str, ProcHandle] = {}  # every process known started, also by a start cut short
 
@@ -180,6 +182,13 @@ class LauncherBase(abc.ABC):
         s, f = s + started, f + failed
         self._started_count = (s, f)
         self._say(f"{s} of {total} processes started" + (f", {f} could not start" if f else ""))
+
+    def _heard_started(self, h: ProcHandle) -> None:
+        """(On the loop) a process known started, as soon as it is: recorded, and told to the run engine, which
+        shows it started while the others still start (a node whose start hangs is seen as the one left)."""
+        self._started[h.name] = h
+        if self.on_started is not None:
+            self.on_started(h)
 
     def started_so_far(self) -> list[ProcHandle]:
         """Every process this launcher knows it started, also when the start_many that started it was
@@ -222,7 +231,7 @@ class LauncherBase(abc.ABC):
             except Exception:
                 self._count_started(len(specs), failed=1)
                 raise
-            self._started[h.name] = h
+            self._heard_started(h)
             self._count_started(len(specs), started=1)
             return h
 

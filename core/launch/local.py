@@ -169,9 +169,9 @@ class LocalLauncher(LauncherBase):
 
     async def start_many(self, specs: list[ProcessSpec]) -> list[ProcHandle | BaseException]:
         """Start every process through one starter (starter.py), in a thread: this process forks once, and
-        the started processes share the starter's session. `_started` gets every process that started also
-        when the task is cancelled meanwhile (the starter goes on: the launcher must know them to stop them);
-        the cancellation is raised after that."""
+        the started processes share the starter's session. Each start is heard as the starter reports it
+        (`_heard_started`), also when the task is cancelled meanwhile (the starter goes on: the launcher must
+        know them to stop them); the cancellation is raised once every start was heard."""
         total = len(specs)
         self._count_started(total)
         if not specs:
@@ -187,29 +187,38 @@ class LocalLauncher(LauncherBase):
                           "argv": ["/bin/sh", "-c", SUPERVISOR, marker(self.run_id, spec.name), str(exit_path),
                                    *spec.launch_argv]})
         loop = asyncio.get_running_loop()
+        by_name = {spec.name: (spec, p) for spec, p in zip(specs, procs)}
+        made: dict[str, ProcHandle] = {}
 
-        def said(kind: str) -> None:  # (from the starter's thread) the count the launch shows
-            loop.call_soon_threadsafe(self._count_started, total, int(kind == "started"), int(kind == "failed"))
+        def said(item: list) -> None:  # (from the starter's thread) each start, and the count the launch shows
+            kind, h = item[0], None
+            if kind == "started" and item[1] in by_name:
+                spec, p = by_name[item[1]]
+                h = made[spec.name] = ProcHandle(spec.name, spec.node, spec.host, self.kind, pid=item[2],
+                                                 log_path=p["log"], exit_path=p["exit"])
+            loop.call_soon_threadsafe(self._heard, total, kind, h)
 
         work = loop.run_in_executor(None, self._run_starter, {"cwd": self.run_dir, "procs": procs}, said)
         (said_by, trouble), cancelled = await outlive_cancel(work)  # the starter goes on if we are cancelled
-        out: list[ProcHandle | BaseException] = []
-        for spec, p in zip(specs, procs):
+        out: list[ProcHandle | BaseException] = []  # (every start told was heard: told before `work` ended)
+        for spec in specs:
             item = said_by.get(spec.name)
             if item is None:
                 out.append(RuntimeError(f"the local starter ended before starting it{trouble}"))
             elif item[0] == "failed":
                 out.append(OSError(item[2], item[3]))
             else:
-                h = ProcHandle(spec.name, spec.node, spec.host, self.kind, pid=item[2], log_path=p["log"],
-                               exit_path=p["exit"])
-                self._started[spec.name] = h
-                out.append(h)
+                out.append(made[spec.name])
         if cancelled:
             raise asyncio.CancelledError
         return out
 
-    def _run_starter(self, req: dict, said: Callable[[str], None]) -> tuple[dict[str, list], str]:
+    def _heard(self, total: int, kind: str, h: ProcHandle | None) -> None:
+        if h is not None:
+            self._heard_started(h)
+        self._count_started(total, int(kind == "started"), int(kind == "failed"))
+
+    def _run_starter(self, req: dict, said: Callable[[list], None]) -> tuple[dict[str, list], str]:
         """(In a thread) start the starter in a session of its own, give it the processes, and read how each
         start went until it closes its output: {name: its line}, and what it wrote on stderr (if anything)."""
         starter = subprocess.Popen([sys.executable, "-I", STARTER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -230,7 +239,7 @@ class LocalLauncher(LauncherBase):
                 except ValueError:
                     continue
                 out[item[1]] = item
-                said(item[0])
+                said(item)
             err = stderr.read().decode(errors="replace").strip().splitlines()
         # it lives on to reap its processes and exits with the last: reaped then by a thread blocked in its
         # waitpid, so that it never lingers as this console's zombie when they end on their own

@@ -47,7 +47,6 @@ class NodeSteps:
     shared_dir: str
     _children: dict[str, subprocess.Popen]  # node step key (or a process of its own step) -> its srun client
     _watchers: dict[str, asyncio.Task]  # node step key -> the task following its output
-    _started: dict[str, ProcHandle]  # LauncherBase's: every process known started
     _news: dict[str, asyncio.Event]
     _waiting: dict[str, dict[str, tuple[ProcHandle, asyncio.Future]]]  # node step -> its waiters
     _stop_batches: dict[tuple[str, float], tuple[list[ProcHandle], asyncio.Future]]
@@ -58,6 +57,7 @@ class NodeSteps:
         async def _steps_now(self, max_age: float = 0.5) -> dict[str, tuple[str, str]]: ...
         async def _find_step(self, name: str) -> str | None: ...
         def _count_started(self, total: int, started: int = 0, failed: int = 0) -> None: ...
+        def _heard_started(self, h: ProcHandle) -> None: ...
         async def _read(self, path: str) -> str: ...
         async def _exit_code(self, h: ProcHandle) -> int | None: ...
         async def _poll_step(self, handle: ProcHandle) -> ProcStatus: ...
@@ -81,13 +81,14 @@ class NodeSteps:
         async def node(name: str, group: list[ProcessSpec]) -> None:
             try:
                 handles = await self._start_node(name, group)
-                self._started.update({h.name: h for h in handles})
-                results.update({h.name: h for h in handles})
             except BaseException as e:
                 for s in group:
                     results[s.name] = e
                 self._count_started(len(specs), failed=len(group))
                 return
+            for h in handles:
+                results[h.name] = h
+                self._heard_started(h)
             self._count_started(len(specs), started=len(group))
 
         await asyncio.gather(*(node(n, g) for n, g in by_node.items()))

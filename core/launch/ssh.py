@@ -131,10 +131,8 @@ class SshLauncher(LauncherBase):
         line = detached_command(self.run_id, spec.name, self.remote_dir, log, exit_path, pid_path, spec.inner)
         res = await self.shell(spec.node).run(["sh", "-c", line], timeout=30, check=True)
         pid = int(res.stdout.strip().split()[-1])
-        h = self._started[spec.name] = ProcHandle(spec.name, spec.node, spec.host, self.kind, pid=pid, log_path=log,
-                                                  exit_path=exit_path,
-                                                  extra={"pid_path": pid_path, "remote_dir": self.remote_dir})
-        return h
+        return ProcHandle(spec.name, spec.node, spec.host, self.kind, pid=pid, log_path=log, exit_path=exit_path,
+                          extra={"pid_path": pid_path, "remote_dir": self.remote_dir})
 
     async def start_many(self, specs: list[ProcessSpec]) -> list[ProcHandle | BaseException]:
         """One SSH command per node starts all of that node's processes; the nodes go in parallel (a login
@@ -160,13 +158,13 @@ class SshLauncher(LauncherBase):
                     results[s.name] = e
                 self._count_started(len(specs), failed=len(group))
                 return
-            self._count_started(len(specs), started=len(group))
             for s, pid in zip(group, pids):
-                logs_ = f"{self.remote_dir}/logs"
-                results[s.name] = self._started[s.name] = ProcHandle(
-                    s.name, s.node, s.host, self.kind, pid=pid, log_path=f"{logs_}/{s.name}.log",
-                    exit_path=f"{logs_}/{s.name}.exit",
-                    extra={"pid_path": f"{logs_}/{s.name}.pid", "remote_dir": self.remote_dir})
+                results[s.name] = h = ProcHandle(s.name, s.node, s.host, self.kind, pid=pid,
+                                                 log_path=f"{logs}/{s.name}.log", exit_path=f"{logs}/{s.name}.exit",
+                                                 extra={"pid_path": f"{logs}/{s.name}.pid",
+                                                        "remote_dir": self.remote_dir})
+                self._heard_started(h)
+            self._count_started(len(specs), started=len(group))
 
         await asyncio.gather(*(node(n, g) for n, g in by_node.items()))
         return [results[s.name] for s in specs]

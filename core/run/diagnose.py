@@ -165,12 +165,15 @@ def diagnose(s: RunState, now: float | None = None) -> Diagnosis:
 
 
 def _launching(s: RunState) -> str:
-    """While core's launch starts the processes (it tells them all at once, when every start returned): what
-    the headline says instead of the barrier's wait, which has not begun. The details stay the barrier's, each
-    owner "not started yet", so that they keep their shape when the wait begins (a console's layout)."""
+    """While core's launch starts the processes (each is told as it is heard): what the headline says instead of
+    the barrier's wait, which has not begun, with the nodes whose starts have not answered. The details stay the
+    barrier's, each owner "not started yet", so that they keep their shape when the wait begins (a console's
+    layout)."""
     if s.status != "launching":
         return ""
-    pending = sum(p.stage == "pending" for p in s.procs.values())
-    if pending == len(s.procs):
+    pending = [p for p in s.procs.values() if p.stage == "pending"]
+    if len(pending) == len(s.procs):
         return f"launching: starting {len(s.procs)} processes"
-    return f"launching: {len(s.procs) - pending} of {len(s.procs)} processes started"
+    nodes = name_ranges(list(dict.fromkeys(p.node for p in pending)))
+    return f"launching: {len(s.procs) - len(pending)} of {len(s.procs)} processes started" + \
+        (f"; not yet on {nodes}" if pending else "")

@@ -13,25 +13,36 @@ import asyncio
 import contextlib
 import os
 import socket
+from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol
 
 from ..config.errors import AtomdeckError
 from ..design.plan import Plan
+from ..launch.base import Launcher, ProcHandle
 from ..launch.procfs import alive, marked_processes
 from .rundir import RunDir
+
+
+class RunLike(Protocol):
+    """What is asked of another run: its processes' handles, and its launcher to poll them."""
+
+    handles: dict[str, ProcHandle]
+    launcher: Launcher
 
 MAYBE_LIVE = ("launching", "starting", "serving", "degraded", "stopping")
 POLL_TIMEOUT_S = 10.0
 
 
-async def check_nodes_free(plan: Plan) -> None:
-    """Raise naming the run, the nodes and how to stop it when a live run uses any node of `plan`."""
+async def check_nodes_free(plan: Plan, open_run: Callable[[str], RunLike]) -> None:
+    """Raise naming the run, the nodes and how to stop it when a live run uses any node of `plan`. `open_run`
+    opens another run by its id (`Run.open`)."""
     if plan.cluster.launcher == "slurm":
         return
     wanted = set(plan.selection.all())
     busy: list[str] = []
     for rd, meta, nodes in await asyncio.to_thread(_candidates, wanted):
-        names = await _alive_on(rd, meta, nodes)
+        names = await _alive_on(rd, meta, nodes, open_run)
         if names:
             shown = ", ".join(names[:6]) + (f" and {len(names) - 6} more" if len(names) > 6 else "")
             busy.append(f"{', '.join(sorted(nodes))} by run {rd.id} ({meta.get('status')}: {shown}); stop it "
@@ -57,15 +68,13 @@ def _candidates(wanted: set[str]) -> list[tuple[RunDir, dict, set[str]]]:
     return out
 
 
-async def _alive_on(rd: RunDir, meta: dict, nodes: set[str]) -> list[str]:
+async def _alive_on(rd: RunDir, meta: dict, nodes: set[str], open_run: Callable[[str], RunLike]) -> list[str]:
     """The run's processes alive on `nodes` (names), or who is launching it; [] when none is, or when that
     cannot be told (a node that does not answer is pre-flight's to report)."""
     if meta.get("launcher") == "local":
         return sorted(set((await asyncio.to_thread(marked_processes, rd.id)).values())) or _launching(meta)
-    from .run import Run
-
     try:
-        run = Run.open(rd.id)
+        run = open_run(rd.id)
     except AtomdeckError:
         return []
     try:

@@ -1,3 +1,5 @@
+# Long file: the one object every session uses for a run, from its launch (the starts as they are heard, a launch
+# cut short) to its teardown; what it is made of lives beside it (watchers/, rundir, runfiles, inuse, ports).
 """A Run: launch a plan, watch it come up, keep its state, tear it down. The one path used by the
 console, the CLI and any later session (the run directory is the truth).
 """
@@ -100,6 +102,8 @@ class Run:
         self.listeners: list[Callable[[Event], None]] = []
         self.line_listeners: list[Callable[[str, str], None]] = []
         self.stopping = False
+        self._unsaved: builtins.list[ProcHandle] = []  # started, their handle files not written yet
+        self._saving: asyncio.Future | None = None  # writes them, then says they started
         self._changed = asyncio.Event()
         self._secrets = {k: v for p in processes for k, v in p.all_env().items() if is_secret(k) and v and v != MASK}
         self.watchers = Watchers(self, self._changed)
@@ -150,7 +154,7 @@ class Run:
         say = progress or (lambda _: None)
         ports = sum(len(p.ports) for p in a.processes)
         say(f"checking that the {ports} ports are free on {len(plan.nodes)} nodes")
-        await check_nodes_free(plan)
+        await check_nodes_free(plan, cls.open)
         await check_ports_free(plan, a.processes, make_launcher(plan.cluster, "preflight", "/", {}))
         run_id = new_run_id(plan.recipe.name)
         rd = RunDir.create(run_id)
@@ -181,29 +185,20 @@ class Run:
         run.emit(Event("run", value="launching", detail=f"{plan.shape} on {plan.cluster.name}"))
         if on_run is not None:
             await on_run(run)
+        launcher.on_started = run._heard_started  # each start shown as it is known, its handle file first
         try:
             started = await launcher.start_many(processes)
         except BaseException as e:  # cancelled (Ctrl-C, a console quit) or failed half-way: record what runs
             await run._launch_cut_short(e)
             raise
-        events: builtins.list[Event] = []
-        for p, h in zip(processes, started):
-            if isinstance(h, BaseException):
-                events.append(Event("proc.stage", p.name, "failed", f"could not start: {h}"))
-                continue
-            run.handles[p.name] = h
-            events.append(Event("proc.started", p.name, detail=f"pid {h.pid} on {h.node}",
-                                data={"pid": h.pid, "node": h.node, "step": h.step}))
-        # a file per handle, written in a thread (129 of them held a console's loop ~0.35 s on a loaded
-        # machine), and written before the events that say they started; if the launch is cancelled
-        # meanwhile, the files are still all written (teardown finds the processes by them)
-        handles = list(run.handles.values())
-        _, cancelled = await outlive_cancel(asyncio.get_running_loop().run_in_executor(
-            None, rd.save_handles, handles))
-        if cancelled:  # every start returned, then the cancellation came: the run says so all the same
+        for h in started:  # (a launcher that told none of them as they started)
+            if not isinstance(h, BaseException):
+                run._heard_started(h)
+        if await run._all_saved():  # every start returned, then the cancellation came: the run says so all the same
             await run._launch_cut_short(asyncio.CancelledError())
             raise asyncio.CancelledError
-        run.emit_many(events)
+        run.emit_many([Event("proc.stage", p.name, "failed", f"could not start: {h}")
+                       for p, h in zip(processes, started) if isinstance(h, BaseException)])
         if any(p.stage == "failed" for p in run.state.procs.values()):
             run._set_status("failed")
         else:
@@ -211,20 +206,44 @@ class Run:
             rd.update_meta(status="starting")  # `atomdeck runs` says so even when nobody watches it
         return run
 
+    def _heard_started(self, h: ProcHandle) -> None:
+        """A process of the launch known started: its handle file is written (in a thread, a batch at a time: 129
+        of them held a console's loop ~0.35 s on a loaded machine), then its 'started' event is emitted, so that
+        whoever is told it started (a teardown in another session) finds it by the file."""
+        if h.name not in self.processes or h.name in self.handles:
+            return
+        self.handles[h.name] = h
+        self._unsaved.append(h)
+        if self._saving is None or self._saving.done():
+            self._saving = asyncio.ensure_future(self._save_started())
+
+    async def _save_started(self) -> None:
+        loop = asyncio.get_running_loop()
+        while self._unsaved:
+            batch, self._unsaved = self._unsaved, []
+            await loop.run_in_executor(None, self.rd.save_handles, batch)
+            self.emit_many([Event("proc.started", h.name, detail=f"pid {h.pid} on {h.node}",
+                                  data={"pid": h.pid, "node": h.node, "step": h.step}) for h in batch])
+
+    async def _all_saved(self) -> bool:
+        """Wait until every start heard has its file and its event, also if cancelled meanwhile (then True)."""
+        cancelled = False
+        while self._saving is not None and not self._saving.done():
+            _, was = await outlive_cancel(self._saving)
+            cancelled = cancelled or was
+        return cancelled
+
     async def _launch_cut_short(self, why: BaseException) -> None:
-        """The launch stopped while its processes started: save a handle for each the launcher knows it started
-        (before anything else: `atomdeck down` stops the processes by them, and sweeps the nodes for any whose
-        start never answered), say they started, and mark the run failed, naming how to stop it. Outlives a
-        second cancellation; a second Ctrl-C that kills this process leaves the sweep to find them."""
-        handles = [h for h in self.launcher.started_so_far() if h.name in self.processes]
-        self.handles.update((h.name, h) for h in handles)
-        _, cancelled = await outlive_cancel(asyncio.get_running_loop().run_in_executor(
-            None, self.rd.save_handles, handles))
-        self.emit_many([Event("proc.started", h.name, detail=f"pid {h.pid} on {h.node}",
-                              data={"pid": h.pid, "node": h.node, "step": h.step}) for h in handles])
+        """The launch stopped while its processes started: a handle file for each the launcher knows it started
+        (`atomdeck down` stops the processes by them, and sweeps the nodes for any whose start never answered),
+        their events, and the run marked failed, naming how to stop it. Outlives a second cancellation; a second
+        Ctrl-C that kills this process leaves the sweep to find them."""
+        for h in self.launcher.started_so_far():
+            self._heard_started(h)
+        cancelled = await self._all_saved()
         how = ("interrupted" if isinstance(why, (asyncio.CancelledError, KeyboardInterrupt))
                else f"stopped by an error ({why})")
-        self._set_status("failed", f"the launch was {how} while its processes started: {len(handles)} of "
+        self._set_status("failed", f"the launch was {how} while its processes started: {len(self.handles)} of "
                                    f"{len(self.processes)} started and left running; stop them with "
                                    f"`atomdeck down {self.id}`")
         if cancelled:

@@ -365,6 +365,13 @@ async def test_the_run_view_counts_the_processes_a_launch_starts(monkeypatch):
 
             await until(pilot, lambda: "1 of 3 processes started" in said(), what="the first start counted")
             assert said().startswith(" LAUNCHING "), said()  # the run's header: the run is drawn, not watched yet
+            # the start heard is shown started, the others pending; the headline names the nodes left
+            procs = app.screen.query_one(ProcessTable)
+            await until(pilot, lambda: [procs.get_cell(n, "stage").plain for n in procs.names] == [
+                "launching", "pending", "pending"], what="the first process shown started")
+            await until(pilot, lambda: "launching: 1 of 3 processes started; not yet on demo-n01–02" in said(),
+                        what="the headline naming the nodes left")
+            assert "decode-0 on demo-n02 not started yet" in text_of(app.screen.query_one("#why"))
             assert app.launching and app.live is not None and not app.live.watching
             await pilot.press("D")  # held back until the processes started: nothing asks, nothing tears down
             await pilot.pause()

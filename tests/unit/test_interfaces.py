@@ -28,7 +28,7 @@ def test_the_interfaces_are_protocols():
 def test_every_launcher_fits_the_launcher_protocol(tmp_path):
     for cls in (LocalLauncher, SshLauncher, SlurmLauncher):
         assert issubclass(cls, LauncherBase)
-        attributes = {"kind", "on_facts", "on_progress"}  # (set per instance: make_launcher, Run.launch)
+        attributes = {"kind", "on_facts", "on_progress", "on_started"}  # (set per instance: make_launcher, Run.launch)
         missing = [m for m in protocol_members(Launcher) - attributes if not callable(getattr(cls, m, None))]
         assert not missing, (cls, missing)
         for m in protocol_members(Launcher) - attributes:
@@ -36,7 +36,8 @@ def test_every_launcher_fits_the_launcher_protocol(tmp_path):
             assert inspect.iscoroutinefunction(getattr(cls, m)) == want, (cls, m)
     launcher = make_launcher(Cluster(name="here", launcher="local"), "r1", str(tmp_path))
     assert isinstance(launcher, Launcher) and launcher.kind == "local"
-    assert launcher.on_facts is not None and launcher.on_progress is None  # Run.launch gives the listener
+    assert launcher.on_facts is not None and launcher.on_progress is None  # Run.launch gives the listeners
+    assert launcher.on_started is None
 
 
 def test_every_registered_engine_and_router_fits_its_protocol():
