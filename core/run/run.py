@@ -231,6 +231,8 @@ class Run:
         while self._saving is not None and not self._saving.done():
             _, was = await outlive_cancel(self._saving)
             cancelled = cancelled or was
+        if self._saving is not None and not self._saving.cancelled() and (e := self._saving.exception()):
+            raise e  # (a handle file that could not be written: the launch says why)
         return cancelled
 
     async def _launch_cut_short(self, why: BaseException) -> None:

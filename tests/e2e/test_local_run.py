@@ -292,6 +292,28 @@ def test_down_sweeps_this_machine_for_processes_no_handle_knows(runs):
     assert asyncio.run(Run.open(run.id).teardown(grace=1)).released == []
 
 
+def test_a_handle_file_that_cannot_be_written_fails_the_launch_and_down_still_finds_the_processes(runs, monkeypatch):
+    """The handle files are written in a task beside the launch: an error there (a full disk) must reach the
+    launch, not be dropped with the task while the launch reports every process started."""
+    from atomdeck.core.run.rundir import RunDir
+
+    def full(self, handles):
+        raise OSError(28, "No space left on device")
+
+    ws = workspace("demo-1p1d")
+    try:
+        with monkeypatch.context() as patched, pytest.raises(OSError, match="No space left on device"):
+            patched.setattr(RunDir, "save_handles", full)
+            asyncio.run(Run.launch(ws, ws.assess()))
+    finally:
+        runs.extend(Run.open(m["id"]) for m in Run.list())  # torn down whatever happened (the sweep finds them)
+    (meta,) = Run.list()
+    run = Run.open(meta["id"])
+    assert run.handles == {}
+    report = asyncio.run(run.teardown(grace=1))  # the sweep finds them by their marker
+    assert report.clean and report.released and "swept" in report.released[0], report.lines()
+
+
 def test_ctrl_c_of_up_while_the_processes_start_says_what_runs_and_how_to_stop_it(runs, monkeypatch, capsys):
     import argparse
 
