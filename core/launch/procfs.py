@@ -73,6 +73,25 @@ def carries_marker(pids: list[int], run_id: str, name: str) -> bool:
     return False
 
 
+def runs_marked() -> dict[str, set[str]]:
+    """run id -> the names of its processes alive on this machine, for every run whose marker a live process's
+    environment carries, from one pass over /proc."""
+    out: dict[str, set[str]] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            env = Path(f"/proc/{entry.name}/environ").read_bytes()
+        except OSError:
+            continue
+        if b"ATOMDECK_RUN=" not in env or not alive(int(entry.name)):
+            continue
+        item = next((x for x in env.split(b"\0") if x.startswith(b"ATOMDECK_RUN=")), b"")
+        run_id, _, name = item[len(b"ATOMDECK_RUN="):].decode(errors="replace").partition(":")
+        out.setdefault(run_id, set()).add(name)
+    return out
+
+
 def marked_processes(run_id: str) -> dict[int, str]:
     """pid -> process name, of every live process on this machine whose environment carries the run's marker
     (its supervisor and everything it started: they inherit the environment), from one pass over /proc."""

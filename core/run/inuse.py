@@ -20,7 +20,8 @@ from typing import Protocol
 from ..config.errors import AtomdeckError
 from ..design.plan import Plan
 from ..launch.base import Launcher, ProcHandle
-from ..launch.procfs import alive, marked_processes
+from ..launch.procfs import alive, runs_marked
+from .diagnose import name_ranges
 from .rundir import RunDir
 
 
@@ -30,7 +31,9 @@ class RunLike(Protocol):
     handles: dict[str, ProcHandle]
     launcher: Launcher
 
-MAYBE_LIVE = ("launching", "starting", "serving", "degraded", "stopping")
+# every status but `stopped` (verified clean): a failed run leaves its processes for inspection, a launch cut short
+# its started ones, a teardown that was not clean (`dirty`) what it could not stop
+MAYBE_LIVE = ("launching", "starting", "serving", "degraded", "failed", "stopping", "dirty")
 POLL_TIMEOUT_S = 10.0
 
 
@@ -40,12 +43,17 @@ async def check_nodes_free(plan: Plan, open_run: Callable[[str], RunLike]) -> No
     if plan.cluster.launcher == "slurm":
         return
     wanted = set(plan.selection.all())
+    candidates = await asyncio.to_thread(_candidates, wanted)
+    if not candidates:
+        return
+    here = await asyncio.to_thread(runs_marked) if any(m.get("launcher") == "local" for _, m, _ in candidates) \
+        else {}
+    alive_on = await asyncio.gather(*(_alive_on(rd, meta, nodes, open_run, here) for rd, meta, nodes in candidates))
     busy: list[str] = []
-    for rd, meta, nodes in await asyncio.to_thread(_candidates, wanted):
-        names = await _alive_on(rd, meta, nodes, open_run)
+    for (rd, meta, nodes), names in zip(candidates, alive_on):
         if names:
             shown = ", ".join(names[:6]) + (f" and {len(names) - 6} more" if len(names) > 6 else "")
-            busy.append(f"{', '.join(sorted(nodes))} by run {rd.id} ({meta.get('status')}: {shown}); stop it "
+            busy.append(f"{name_ranges(sorted(nodes))} by run {rd.id} ({meta.get('status')}: {shown}); stop it "
                         f"first with `atomdeck down {rd.id}`")
     if busy:
         raise AtomdeckError(f"node(s) in use, nothing was launched: {'; '.join(busy)}. Or pick other nodes")
@@ -68,11 +76,13 @@ def _candidates(wanted: set[str]) -> list[tuple[RunDir, dict, set[str]]]:
     return out
 
 
-async def _alive_on(rd: RunDir, meta: dict, nodes: set[str], open_run: Callable[[str], RunLike]) -> list[str]:
+async def _alive_on(rd: RunDir, meta: dict, nodes: set[str], open_run: Callable[[str], RunLike],
+                   here: dict[str, set[str]]) -> list[str]:
     """The run's processes alive on `nodes` (names), or who is launching it; [] when none is, or when that
-    cannot be told (a node that does not answer is pre-flight's to report)."""
+    cannot be told (a node that does not answer is pre-flight's to report). `here`: the runs' processes alive
+    on this machine, by their marker."""
     if meta.get("launcher") == "local":
-        return sorted(set((await asyncio.to_thread(marked_processes, rd.id)).values())) or _launching(meta)
+        return sorted(here.get(rd.id, ())) or _launching(meta)
     try:
         run = open_run(rd.id)
     except AtomdeckError:

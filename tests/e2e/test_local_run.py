@@ -261,6 +261,12 @@ def test_a_launch_cancelled_while_its_processes_start_records_them_and_down_stop
     assert meta["status"] == "failed", meta
     assert meta["diagnosis"] == (f"the launch was interrupted while its processes started: {n} of {n} started and "
                                  f"left running; stop them with `atomdeck down {run.id}`"), meta
+    from atomdeck.core.config.errors import AtomdeckError
+
+    ws = workspace("demo-2p1d")  # launched again onto the same nodes: refused while they run (the run says failed)
+    with pytest.raises(AtomdeckError, match=rf"^node\(s\) in use, nothing was launched: demo-n01–03 by run {run.id} "
+                                           r"\(failed: decode-0, prefill-0, prefill-1, router\)"):
+        asyncio.run(Run.launch(ws, ws.assess()))
     again = Run.open(run.id)  # another session (`atomdeck down`) finds every process by its handle
     assert again.state.status == "failed" and set(again.handles) == set(run.processes)
     assert {p.stage for p in again.state.procs.values()} == {"launching"}
@@ -379,7 +385,7 @@ def test_a_second_launch_onto_nodes_a_live_run_uses_is_refused_naming_that_run(r
     with pytest.raises(AtomdeckError) as refused:
         asyncio.run(Run.launch(ws, ws.assess()))
     assert str(refused.value) == (
-        f"node(s) in use, nothing was launched: demo-n01, demo-n02 by run {run.id} (starting: decode-0, prefill-0, "
+        f"node(s) in use, nothing was launched: demo-n01–02 by run {run.id} (starting: decode-0, prefill-0, "
         f"router); stop it first with `atomdeck down {run.id}`. Or pick other nodes"), refused.value
     assert [m["id"] for m in Run.list()] == [run.id]  # the refused launch left no run directory
     # a run whose processes are gone (nobody watched it: its run.json still says starting) holds nothing

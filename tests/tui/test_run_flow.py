@@ -155,7 +155,8 @@ async def test_a_decode_that_never_binds_marks_exactly_its_cell_and_shows_its_la
         assert "demo-n02 :8020 not open" in text_of(screen.query_one("#why"))
         procs = screen.query_one(ProcessTable)
         assert procs.current == "decode-0"  # the cursor follows the diagnosis's culprit
-        assert "fully initialized" in text_of(screen.query_one("#tail"))
+        # its last lines, once the panel's turn came (its redraw is spread: 0.2 s was not always enough on a busy machine)
+        await until(pilot, lambda: "fully initialized" in text_of(screen.query_one("#tail")), what="its last lines")
         await pilot.press("enter")
         assert isinstance(app.screen, LogScreen)
         log = app.screen.logview
