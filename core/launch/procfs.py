@@ -4,7 +4,7 @@ environment. The local launcher stops and sweeps by these; tests check what a ru
 from __future__ import annotations
 
 import os
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
 from pathlib import Path
 
 
@@ -73,10 +73,9 @@ def carries_marker(pids: list[int], run_id: str, name: str) -> bool:
     return False
 
 
-def runs_marked() -> dict[str, set[str]]:
-    """run id -> the names of its processes alive on this machine, for every run whose marker a live process's
-    environment carries, from one pass over /proc."""
-    out: dict[str, set[str]] = {}
+def _marked(prefix: bytes) -> Iterator[tuple[int, str]]:
+    """(pid, what follows `prefix`) of every live process on this machine whose environment has an entry that
+    starts with `prefix`, from one pass over /proc."""
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
@@ -84,29 +83,24 @@ def runs_marked() -> dict[str, set[str]]:
             env = Path(f"/proc/{entry.name}/environ").read_bytes()
         except OSError:
             continue
-        if b"ATOMDECK_RUN=" not in env or not alive(int(entry.name)):
+        if prefix not in env or not alive(int(entry.name)):
             continue
-        item = next((x for x in env.split(b"\0") if x.startswith(b"ATOMDECK_RUN=")), b"")
-        run_id, _, name = item[len(b"ATOMDECK_RUN="):].decode(errors="replace").partition(":")
+        item = next((x for x in env.split(b"\0") if x.startswith(prefix)), None)
+        if item is not None:
+            yield int(entry.name), item[len(prefix):].decode(errors="replace")
+
+
+def runs_marked() -> dict[str, set[str]]:
+    """run id -> the names of its processes alive on this machine, for every run whose marker a live process's
+    environment carries."""
+    out: dict[str, set[str]] = {}
+    for _, value in _marked(b"ATOMDECK_RUN="):
+        run_id, _, name = value.partition(":")
         out.setdefault(run_id, set()).add(name)
     return out
 
 
 def marked_processes(run_id: str) -> dict[int, str]:
     """pid -> process name, of every live process on this machine whose environment carries the run's marker
-    (its supervisor and everything it started: they inherit the environment), from one pass over /proc."""
-    want = f"ATOMDECK_RUN={run_id}:".encode()
-    out: dict[int, str] = {}
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            env = Path(f"/proc/{entry.name}/environ").read_bytes()
-        except OSError:
-            continue
-        if want not in env or not alive(int(entry.name)):
-            continue
-        item = next((x for x in env.split(b"\0") if x.startswith(want)), None)
-        if item is not None:
-            out[int(entry.name)] = item[len(want):].decode(errors="replace")
-    return out
+    (its supervisor and everything it started: they inherit the environment)."""
+    return dict(_marked(f"ATOMDECK_RUN={run_id}:".encode()))
