@@ -153,7 +153,7 @@ class RunController:
         """Core's launch made the run and is about to start its processes (Run.launch's on_run): attach it now,
         not watched yet (the watcher finds the processes by the handles the starts write), so the run view shows
         the run LAUNCHING, its processes pending and the launcher's count in the header, instead of a line of text
-        (core's state hears of the starts all at once, when every start returned). Its first whole draw (at 128
+        (each process is shown started as core hears its start: Launcher.on_started). Its first whole draw (at 128
         nodes ~100 ms of CPU, 300 ms and more of wall time once 129 processes boot: it held a key at the attach)
         is made here, before the first start (bench/scale_console.py)."""
         from .live import LiveRun
@@ -375,8 +375,9 @@ class RunController:
             return
         if self.launching and live is not None:
             # core's launch starts the run's processes (the run is attached: RunController._run_created). Cancelled
-            # now, the ones started would have no handle in the run's directory, and `atomdeck down` finds them by
-            # those: the console quits once every start returned (seconds), as it quits with a run running
+            # now, core would record the started ones only if its worker reached that before the app's loop closed
+            # (Run._launch_cut_short; `atomdeck down` would still sweep them): the console quits once every start
+            # returned (seconds), the run whole, as it quits with a run running
             self._quit_after_launch = True
             self.app.notify("the processes are starting: the console quits once every start returned, and says "
                             "how to stop them", title="Launching", severity="warning", timeout=8)
