@@ -204,15 +204,18 @@ def fake_run(scenario: str = "serving", recipe: str = "demo-1p1d", run_id: str |
     return run
 
 
-def launching_run(t0: float, recipe: str = "demo-1p1d") -> Run:
-    """A run core's launch made at `t0` and is starting (Run.launch's on_run: the launcher's count goes up, core's
-    state hears of the started processes all at once when every start returned): LAUNCHING, every process
-    pending, nothing watched yet."""
+def launching_run(t0: float, recipe: str = "demo-1p1d", started: int = 1) -> Run:
+    """A run core's launch made at `t0` and is starting (Run.launch's on_run: the launcher's count goes up, and
+    each process is told started as its start is heard): LAUNCHING, its first `started` processes started, the
+    others pending, nothing watched yet."""
     ws = load_workspace(recipe, "local")
     ws.inventory = ws.cluster.static_inventory()
     a = ws.assess()
     run = new_run(a.plan, a.processes, f"20250101-115958-{recipe}-k1l2", t0, "launching")
     run.emit(Event("run", "", "launching", f"{a.plan.shape} on local", {}, t0))
+    for p in a.processes[:started]:
+        pid = PIDS.get(p.name, 41200)
+        run.emit(Event("proc.started", p.name, "", f"pid {pid} on {p.node}", {"pid": pid, "node": p.node}, t0 + 0.5))
     return run
 
 
