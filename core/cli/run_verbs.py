@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import json
 import re
+import shutil
 import sys
 import time
 from collections.abc import Coroutine
@@ -331,16 +332,28 @@ def cmd_runs(args: argparse.Namespace) -> int:
     return runs_text(runs)
 
 
-def runs_text(runs: list[dict]) -> int:
-    """The table, its columns as wide as their longest value (long run ids and cluster names)."""
+def runs_text(runs: list[dict], width: int | None = None) -> int:
+    """The table, its columns as wide as their longest value (long run ids and cluster names). On a terminal a
+    diagnosis is cut to the terminal's width, marked, and `atomdeck status` named for the whole of it; piped,
+    every line is whole (for grep). `width`: the terminal's columns (None: asked when stdout is a terminal)."""
+    if width is None and sys.stdout.isatty():
+        width = shutil.get_terminal_size().columns
     w_id = max([3, *(len(str(m["id"])) for m in runs)])
     w_status = max([6, *(len(str(m.get("status", "?"))) for m in runs)])
     w_cluster = max([7, *(len(str(m.get("cluster", "?"))) for m in runs)])
+    room = None if width is None else max(30, width - (w_id + w_status + w_cluster + 19 + 4))
     print(f"{'RUN':{w_id}} {'STATUS':{w_status}} {'CLUSTER':{w_cluster}} {'STARTED':19} DIAGNOSIS")
+    cut = None
     for m in runs:
         started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(m.get("created", 0)))
+        diagnosis = " ".join((m.get("diagnosis") or "").split())
+        if room is not None and len(diagnosis) > room:
+            diagnosis, cut = diagnosis[:room - 1] + "…", cut or m["id"]
         print(f"{m['id']:{w_id}} {m.get('status', '?'):{w_status}} {m.get('cluster', '?'):{w_cluster}} "
-              f"{started:19} {(m.get('diagnosis') or '')[:60]}")
+              f"{started:19} {diagnosis}".rstrip())
+    if cut:
+        print(f"(… cut to the terminal's width: `atomdeck status RUN` shows the whole diagnosis, e.g. "
+              f"`atomdeck status {cut}`)")
     return 0
 
 

@@ -73,3 +73,20 @@ def test_plan_on_slurm_offline_by_node_name():
     g37 = atomdeck("lint", "dsv4-fp4-mi355x-1p1d-tp8", "--cluster", "mia1", "--offline", "--nodes",
                    "mia1-p01-g37,mia1-p01-g02")
     assert g37.returncode == 1 and "persistently drained, not responding" in g37.stdout
+
+
+def test_runs_cuts_a_long_diagnosis_on_a_terminal_and_says_where_it_is_whole(capsys):
+    from atomdeck.core.cli.run_verbs import runs_text
+
+    said = ("the launch was interrupted while its processes started: 3 of 5 started and left running; "
+            "stop them with `atomdeck down 20261204-1-demo`")
+    runs = [{"id": "20261204-1-demo", "status": "failed", "cluster": "demo", "created": 0, "diagnosis": said},
+            {"id": "20261204-2-demo", "status": "serving", "cluster": "demo", "created": 0, "diagnosis": "serving"}]
+    runs_text(runs, width=100)
+    lines = capsys.readouterr().out.splitlines()
+    assert all(len(line) <= 100 for line in lines[:3]), lines
+    assert lines[1].endswith("…") and lines[2].endswith(" serving"), lines
+    assert "`atomdeck status 20261204-1-demo`" in lines[3]
+    runs_text(runs)  # piped (not a terminal): every line whole, for grep
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].endswith("stop them with `atomdeck down 20261204-1-demo`") and len(lines) == 3, lines
