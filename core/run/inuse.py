@@ -4,53 +4,54 @@ The ports check sees only ports already bound, and a real ATOM worker binds its 
 weights are loaded, minutes after it started: a second launch onto the same nodes meanwhile passed the check and
 its workers fought the first run's for the GPUs and ports. The run directories say which runs may be live and on
 which nodes; whether they are is asked, not trusted (a run nobody watched keeps the last status it was given):
-on this machine by the run's marker in each process's environment, over SSH by polling the run's processes on
-the nodes wanted. Slurm runs are left to Slurm: a second holding job waits until the nodes are free."""
+the marker every process of a run carries in its environment (ATOMDECK_RUN=RUN:NAME) is looked for, on this
+machine in /proc, over SSH by one scan per wanted node (one command whatever the number of runs, and a process
+whose launch was cut short before its handle was written is found too). Slurm runs are left to Slurm: a second
+holding job waits until the nodes are free."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import socket
 from collections.abc import Callable
 from pathlib import Path
-from typing import Protocol
 
 from ..config.errors import AtomdeckError
 from ..design.plan import Plan
-from ..launch.base import Launcher, ProcHandle
+from ..launch.base import Launcher, script
 from ..launch.procfs import alive, runs_marked
 from .diagnose import name_ranges
 from .rundir import RunDir
 
-
-class RunLike(Protocol):
-    """What is asked of another run: its processes' handles, and its launcher to poll them."""
-
-    handles: dict[str, ProcHandle]
-    launcher: Launcher
-
 # every status but `stopped` (verified clean): a failed run leaves its processes for inspection, a launch cut short
 # its started ones, a teardown that was not clean (`dirty`) what it could not stop
 MAYBE_LIVE = ("launching", "starting", "serving", "degraded", "failed", "stopping", "dirty")
-POLL_TIMEOUT_S = 10.0
+SCAN_TIMEOUT_S = 10.0
+MARKED_SCRIPT = script("marked")
 
 
-async def check_nodes_free(plan: Plan, open_run: Callable[[str], RunLike]) -> None:
-    """Raise naming the run, the nodes and how to stop it when a live run uses any node of `plan`. `open_run`
-    opens another run by its id (`Run.open`)."""
-    if plan.cluster.launcher == "slurm":
+async def check_nodes_free(plan: Plan, launcher: Callable[[], Launcher]) -> None:
+    """Raise naming the run, the nodes and how to stop it when a live run uses any node of `plan`. `launcher()`
+    makes a launcher of the plan's cluster, to scan its nodes (made only when a run may be live there)."""
+    kind = plan.cluster.launcher
+    if kind == "slurm":
         return
     wanted = set(plan.selection.all())
-    candidates = await asyncio.to_thread(_candidates, wanted)
+    candidates = await asyncio.to_thread(_candidates, wanted, kind)
     if not candidates:
         return
-    here = await asyncio.to_thread(runs_marked) if any(m.get("launcher") == "local" for _, m, _ in candidates) \
-        else {}
-    alive_on = await asyncio.gather(*(_alive_on(rd, meta, nodes, open_run, here) for rd, meta, nodes in candidates))
+    if kind == "local":
+        marked = await asyncio.to_thread(runs_marked)
+        alive_on = [sorted(marked.get(rd.id, ())) for rd, _, _, _ in candidates]
+    else:
+        scans = await _scan(launcher(), sorted(set().union(*(nodes for _, _, nodes, _ in candidates))))
+        alive_on = [sorted({name for node in nodes for run_id, name in scans.get(node, ())
+                            if run_id == rd.id and on.get(name, node) == node})
+                    for rd, _, nodes, on in candidates]
     busy: list[str] = []
-    for (rd, meta, nodes), names in zip(candidates, alive_on):
+    for (rd, meta, nodes, _), names in zip(candidates, alive_on):
+        names = names or _launching(meta)
         if names:
             shown = ", ".join(names[:6]) + (f" and {len(names) - 6} more" if len(names) > 6 else "")
             busy.append(f"{name_ranges(sorted(nodes))} by run {rd.id} ({meta.get('status')}: {shown}); stop it "
@@ -59,46 +60,49 @@ async def check_nodes_free(plan: Plan, open_run: Callable[[str], RunLike]) -> No
         raise AtomdeckError(f"node(s) in use, nothing was launched: {'; '.join(busy)}. Or pick other nodes")
 
 
-def _candidates(wanted: set[str]) -> list[tuple[RunDir, dict, set[str]]]:
-    """(run directory, its run.json, the wanted nodes it holds) of every run that may be live on them."""
+def _candidates(wanted: set[str], kind: str) -> list[tuple[RunDir, dict, set[str], dict[str, str]]]:
+    """(run directory, its run.json, the wanted nodes it holds, its processes' nodes by name) of every run of
+    this launcher that may be live on them."""
     out = []
     for rd in RunDir.all():
         try:
             meta = rd.meta()
-            if meta.get("status") not in MAYBE_LIVE or meta.get("launcher") == "slurm":
+            if meta.get("status") not in MAYBE_LIVE or meta.get("launcher") != kind:
                 continue
             sel = rd.read_json("selection.json")
         except (AtomdeckError, OSError, ValueError):
             continue
         nodes = wanted & {*sel.get("prefill", ()), *sel.get("decode", ()), *sel.get("workers", ())}
         if nodes:
-            out.append((rd, meta, nodes))
+            try:  # (where each process runs: a scan of a node is told apart from its neighbours' when nodes
+                # share one process table, as network namespaces on one host do)
+                on = {p["name"]: p["node"] for p in rd.read_json("plan.json").get("processes", ())}
+            except (AtomdeckError, KeyError, TypeError):
+                on = {}
+            out.append((rd, meta, nodes, on))
     return out
 
 
-async def _alive_on(rd: RunDir, meta: dict, nodes: set[str], open_run: Callable[[str], RunLike],
-                   here: dict[str, set[str]]) -> list[str]:
-    """The run's processes alive on `nodes` (names), or who is launching it; [] when none is, or when that
-    cannot be told (a node that does not answer is pre-flight's to report). `here`: the runs' processes alive
-    on this machine, by their marker."""
-    if meta.get("launcher") == "local":
-        return sorted(here.get(rd.id, ())) or _launching(meta)
+async def _scan(launcher: Launcher, nodes: list[str]) -> dict[str, set[tuple[str, str]]]:
+    """node -> the (run id, process name) markers of its live processes, one command per node over the new
+    launch's own connections; a node that does not answer within SCAN_TIMEOUT_S is left out (unknown, not busy:
+    pre-flight reports a node it cannot reach)."""
+    out: dict[str, set[tuple[str, str]]] = {}
+
+    async def one(node: str) -> None:
+        res = await launcher.node_run(node, ["sh", "-c", MARKED_SCRIPT, "marked"], timeout=SCAN_TIMEOUT_S)
+        if res.ok:
+            marks = (line.partition(":ATOMDECK_RUN=")[2] for line in res.stdout.splitlines())
+            out[node] = {(run_id, name) for run_id, _, name in (m.partition(":") for m in marks if m)}
+
     try:
-        run = open_run(rd.id)
-    except AtomdeckError:
-        return []
-    try:
-        handles = [h for h in run.handles.values() if h.node in nodes]
-        if not handles:
-            return _launching(meta)
-        async with asyncio.timeout(POLL_TIMEOUT_S):
-            got = await asyncio.gather(*(run.launcher.poll(h) for h in handles), return_exceptions=True)
+        async with asyncio.timeout(SCAN_TIMEOUT_S):
+            await asyncio.gather(*(one(n) for n in nodes), return_exceptions=True)
     except TimeoutError:
-        return []
+        pass
     finally:
-        with contextlib.suppress(Exception):
-            await run.launcher.close()
-    return sorted(h.name for h, st in zip(handles, got) if not isinstance(st, BaseException) and st.alive)
+        await launcher.close()
+    return out
 
 
 def _launching(meta: dict) -> list[str]:

@@ -154,7 +154,7 @@ class Run:
         say = progress or (lambda _: None)
         ports = sum(len(p.ports) for p in a.processes)
         say(f"checking that the {ports} ports are free on {len(plan.nodes)} nodes")
-        await check_nodes_free(plan, cls.open)
+        await check_nodes_free(plan, lambda: make_launcher(plan.cluster, "preflight", "/", {}))
         await check_ports_free(plan, a.processes, make_launcher(plan.cluster, "preflight", "/", {}))
         run_id = new_run_id(plan.recipe.name)
         rd = RunDir.create(run_id)
