@@ -373,16 +373,23 @@ class RunController:
                             f"returned: the run keeps running, `atomdeck down {live.id}` stops it",
                             title="Launching", severity="warning", timeout=8)
             return
-        if self.launching and live is not None:
-            # core's launch starts the run's processes (the run is attached: RunController._run_created). Cancelled
-            # now, core would record the started ones only if its worker reached that before the app's loop closed
-            # (Run._launch_cut_short; `atomdeck down` would still sweep them): the console quits once every start
-            # returned (seconds), the run whole, as it quits with a run running
+        if self.launching and live is not None and not self._quit_after_launch:
+            # core's launch starts the run's processes (the run is attached: RunController._run_created): the
+            # console quits once every start returned (seconds), the run whole, as it quits with a run running.
+            # A start can hang (an ssh node that does not answer: up to its timeout), so q once more quits now
             self._quit_after_launch = True
             self.app.notify("the processes are starting: the console quits once every start returned, and says "
-                            "how to stop them", title="Launching", severity="warning", timeout=8)
+                            "how to stop them. q once more quits now", title="Launching", severity="warning",
+                            timeout=8)
             return
-        if self.launching:
+        if self.launching and live is not None:
+            # q a third time: the launch is cancelled with the app's workers, and core records what it started
+            # (Run._launch_cut_short outlives the cancellations; the app's asyncio.run waits for it before its loop
+            # closes); `atomdeck down` stops those and sweeps the nodes for any whose start never answered
+            message = Text.assemble(
+                ("atomdeck: ", "bold"), f"the launch of run {live.id} was interrupted while its processes started; "
+                "what started is left running.\n", "  stop it: ", (f"atomdeck down {live.id}", "bold"))
+        elif self.launching:
             message = Text.assemble(("atomdeck: ", "bold"), "the launch was interrupted. `atomdeck runs` lists it; "
                                     "stop what it started with ", ("atomdeck down RUN", "bold"))
         elif live is not None and live.running and live.state.status not in ("stopped",):

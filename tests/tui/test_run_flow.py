@@ -514,6 +514,54 @@ async def test_a_launch_attaches_without_parsing_the_stylesheet_or_creating_file
     assert report.clean and gone(run) == []
 
 
+async def test_q_a_third_time_while_the_processes_start_quits_now_and_core_records_what_started(monkeypatch):
+    """A start can hang (an ssh node that does not answer, up to its timeout), and after q twice the console waited
+    for every start with no way out but killing it. q once more quits now: the launch is cancelled with the app's
+    workers, core records what started (its handles, the run failed naming `atomdeck down`), and core's teardown
+    then leaves nothing."""
+    import asyncio
+
+    from atomdeck.core.run.rundir import RunDir
+
+    app = live_app()
+    release = threading.Event()
+    second = hold_starts(monkeypatch, release)  # the starter's second line read: held there
+    run_id = ""
+    try:
+        async with app.run_test(size=BIG) as pilot:
+            await ready(pilot)
+            await pilot.press("3", "L", "y")
+            await until(pilot, lambda: second.is_set() and app.live is not None, what="the starts under way")
+            run_id = app.live.id
+            await pilot.press("q", "q")
+            await pilot.pause()
+            assert app.is_running and any("q once more quits now" in n.message for n in app._notifications)
+            await pilot.press("q")
+            for _ in range(100):
+                if not app.is_running:
+                    break
+                await asyncio.sleep(0.05)
+            assert not app.is_running and not release.is_set()  # quit with the starts still held
+        said = str(app.runs.quit_message)
+        assert f"the launch of run {run_id} was interrupted" in said and f"atomdeck down {run_id}" in said, said
+        rd = RunDir.find(run_id)
+        # the launch's worker was cancelled with the app's workers; the local starter goes on until it has started
+        # every process (core must know them to stop them), then core records them (the app's asyncio.run waits)
+        release.set()
+        for _ in range(100):
+            if rd.meta()["status"] == "failed":
+                break
+            await asyncio.sleep(0.05)
+        meta = rd.meta()
+        assert meta["status"] == "failed" and "interrupted while its processes started" in meta["diagnosis"], meta
+        assert f"stop them with `atomdeck down {run_id}`" in meta["diagnosis"]
+        assert sorted(h.name for h in rd.handles()) == ["decode-0", "prefill-0", "router"]  # `atomdeck down` finds them
+    finally:
+        release.set()
+        await tear_down_every_run()
+    run = Run.open(run_id)
+    assert alive(run) == []
+
 async def test_q_twice_while_the_processes_start_quits_once_they_started_and_down_stops_them(monkeypatch):
     """q twice while core starts the processes cancelled the launch there: the started processes were left without
     the handles in the run's directory that `atomdeck down` finds them by, and ran on (found by this test). Now
