@@ -140,6 +140,12 @@ def table(r: dict) -> str:
             if isinstance(v, dict) and "seconds" in v:
                 out.append(f"| teardown {key} to verified clean | {fmt(v['seconds'])} | <= grace ({t['grace_s']:g} s) + 1 s"
                            f" | {fmt(v['goal_le_grace_plus_1s'] and v['clean'])} |")
+        for cluster, v in (t.get("frozen") or {}).items():
+            out.append(f"| teardown {cluster}/demo-1p1d, its decode frozen (SIGSTOP) with a request in flight, to "
+                       f"verified clean | {fmt(v['seconds'])}"
+                       + (f"; SIGKILL after the grace: {', '.join(v['killed_after_grace'])}" if v['killed_after_grace']
+                          else "; none waited out the grace") +
+                       f" | <= grace ({v['grace_s']:g} s) + 1 s | {fmt(v['goal_le_grace_plus_1s'] and v['clean'])} |")
     m = r.get("sim")
     if m:
         out.append(f"| simulator: 2P1D (4 processes), delays off, launch -> serving | {fmt(m['launch_to_serving_s'])}"
