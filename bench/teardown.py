@@ -10,17 +10,17 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import signal
 import tempfile
 import threading
 import time
-import urllib.request
 
 from atomdeck.core.design.workspace import load_workspace
 from atomdeck.core.launch.procfs import marked_processes
 from atomdeck.core.run.inventory import fetch_inventory
 from atomdeck.core.run.run import Run
 from common import save
+
+from tests.frozen import request_in_flight, stop
 
 GRACE = 5.0
 FROZEN_GRACE = 10.0
@@ -46,25 +46,8 @@ def _freeze(run_id: str, name: str) -> list[int]:
     pids = [pid for pid, n in marked_processes(run_id).items() if n == name]
     if not pids:
         raise RuntimeError(f"no {name} process of {run_id} in this machine's /proc")
-    for pid in pids:
-        os.kill(pid, signal.SIGSTOP)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        states = [open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[0] for p in pids]
-        if all(s == "T" for s in states):
-            return pids
-        time.sleep(0.05)
-    raise RuntimeError(f"{name} did not stop: states {states}")
-
-
-def _request(url: str, model: str, done: threading.Event) -> None:
-    body = json.dumps({"model": model, "prompt": "hello", "max_tokens": 64}).encode()
-    req = urllib.request.Request(f"{url}/v1/completions", body, {"Content-Type": "application/json"})
-    try:
-        urllib.request.urlopen(req, timeout=60).read()
-    except Exception:
-        pass
-    done.set()
+    stop(pids)
+    return pids
 
 
 async def frozen(cluster: str) -> dict:
@@ -77,7 +60,7 @@ async def frozen(cluster: str) -> dict:
     assert state.status == "serving", state.diagnosis
     frozen_pids = _freeze(run.id, "decode-0")
     done = threading.Event()
-    threading.Thread(target=_request, args=(run.plan.router.url, ws.recipe.model.client_name, done),
+    threading.Thread(target=request_in_flight, args=(run.plan.router.url, ws.recipe.model.client_name, done),
                      daemon=True).start()
     await asyncio.sleep(1.0)  # the router has relayed it to the frozen decode
     in_flight = not done.is_set()

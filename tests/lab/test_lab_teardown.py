@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import threading
 import time
-import urllib.request
 
 import pytest
 from atomdeck.core.run.run import Run
 
+from tests.frozen import request_in_flight, stop
 from tests.leftovers import open_ports
 
 from .runhelpers import node_pids, run_pids, workspace
@@ -25,24 +24,8 @@ def _freeze(lab, node: str, run_id: str, name: str) -> list[int]:
     frozen container leaves them; returns their pids once the kernel shows them stopped."""
     pids = node_pids(lab, node, f'tr "\\0" "\\n" < "$f" 2>/dev/null | grep -qx "ATOMDECK_RUN={run_id}:{name}"')
     assert pids, f"no {name} process of {run_id} on {node}"
-    lab.node_exec(node, ["kill", "-STOP", *map(str, pids)])
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        states = [open(f"/proc/{p}/stat").read().rsplit(")", 1)[1].split()[0] for p in pids]
-        if all(s == "T" for s in states):
-            return pids
-        time.sleep(0.05)
-    raise AssertionError(f"{name} did not stop: states {states}")
-
-
-def _request_in_flight(url: str, model: str, done: threading.Event) -> None:
-    body = json.dumps({"model": model, "prompt": "hello", "max_tokens": 64}).encode()
-    req = urllib.request.Request(f"{url}/v1/completions", body, {"Content-Type": "application/json"})
-    try:
-        urllib.request.urlopen(req, timeout=60).read()
-    except Exception:
-        pass
-    done.set()
+    stop(pids)  # (the lab's nodes share this machine's process table)
+    return pids
 
 
 @pytest.mark.parametrize("cluster", ["lab", "lab-ssh"])
@@ -60,7 +43,7 @@ def test_frozen_decode_with_a_request_in_flight_tears_down_on_sigterm(lab, clust
     decode = run.plan.endpoint("decode-0")
     _freeze(lab, decode.node, run.id, "decode-0")
     done = threading.Event()
-    threading.Thread(target=_request_in_flight, args=(run.plan.router.url, ws.recipe.model.client_name, done), daemon=True).start()
+    threading.Thread(target=request_in_flight, args=(run.plan.router.url, ws.recipe.model.client_name, done), daemon=True).start()
     # the router has relayed it: the frozen decode's socket holds the request (the router cannot finish it)
     assert not done.wait(1.0)
     t0 = time.monotonic()

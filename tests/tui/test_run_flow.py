@@ -514,6 +514,24 @@ async def test_a_launch_attaches_without_parsing_the_stylesheet_or_creating_file
     assert report.clean and gone(run) == []
 
 
+async def launch_held(pilot, second: threading.Event) -> str:
+    """3 L y, until the starts are under way and held (`hold_starts`) with the run attached; its id."""
+    app = pilot.app
+    await ready(pilot)
+    await pilot.press("3", "L", "y")
+    await until(pilot, lambda: second.is_set() and app.live is not None, what="the starts under way")
+    return app.live.id
+
+
+async def until_ended(app, timeout: float = 10.0) -> None:
+    """Until the app has quit (asyncio.sleep, not pilot.pause: the app may be gone meanwhile)."""
+    import asyncio
+
+    deadline = asyncio.get_running_loop().time() + timeout
+    while app.is_running and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.05)
+
+
 async def test_q_a_third_time_while_the_processes_start_quits_now_and_core_records_what_started(monkeypatch):
     """A start can hang (an ssh node that does not answer, up to its timeout), and after q twice the console waited
     for every start with no way out but killing it. q once more quits now: the launch is cancelled with the app's
@@ -529,18 +547,12 @@ async def test_q_a_third_time_while_the_processes_start_quits_now_and_core_recor
     run_id = ""
     try:
         async with app.run_test(size=BIG) as pilot:
-            await ready(pilot)
-            await pilot.press("3", "L", "y")
-            await until(pilot, lambda: second.is_set() and app.live is not None, what="the starts under way")
-            run_id = app.live.id
+            run_id = await launch_held(pilot, second)
             await pilot.press("q", "q")
             await pilot.pause()
             assert app.is_running and any("q once more quits now" in n.message for n in app._notifications)
             await pilot.press("q")
-            for _ in range(100):
-                if not app.is_running:
-                    break
-                await asyncio.sleep(0.05)
+            await until_ended(app)
             assert not app.is_running and not release.is_set()  # quit with the starts still held
         said = str(app.runs.quit_message)
         assert f"the launch of run {run_id} was interrupted" in said and f"atomdeck down {run_id}" in said, said
@@ -567,7 +579,6 @@ async def test_q_twice_while_the_processes_start_quits_once_they_started_and_dow
     the handles in the run's directory that `atomdeck down` finds them by, and ran on (found by this test). Now
     the run is attached while they start (Run.launch's on_run), and q twice quits once every start returned: the
     message names the run and how to stop it, and core's teardown from its directory leaves nothing."""
-    import asyncio
 
     app = live_app()
     release = threading.Event()
@@ -575,10 +586,7 @@ async def test_q_twice_while_the_processes_start_quits_once_they_started_and_dow
     run_id = ""
     try:
         async with app.run_test(size=BIG) as pilot:
-            await ready(pilot)
-            await pilot.press("3", "L", "y")
-            await until(pilot, lambda: second.is_set() and app.live is not None, what="the starts under way")
-            run_id = app.live.id
+            run_id = await launch_held(pilot, second)
             await pilot.press("q")
             await pilot.pause()
             assert any(f"Press q again to quit once every start returned: the run keeps running, `atomdeck down "
@@ -588,10 +596,7 @@ async def test_q_twice_while_the_processes_start_quits_once_they_started_and_dow
             assert app.is_running and app.launching  # waits for the starts
             assert any("quits once every start returned" in n.message for n in app._notifications)
             release.set()
-            for _ in range(200):
-                if not app.is_running:
-                    break
-                await asyncio.sleep(0.05)
+            await until_ended(app)
             assert not app.is_running
         said = str(app.runs.quit_message)
         assert f"run {run_id} is still running (3 processes" in said and f"atomdeck down {run_id}" in said, said
