@@ -26,10 +26,10 @@ os.environ.setdefault("XDG_STATE_HOME", tempfile.mkdtemp(prefix="atomdeck-bench-
 import asyncssh
 from atomdeck.core.config.errors import AtomdeckError
 from atomdeck.core.design.workspace import load_workspace
-from atomdeck.core.run.inventory import fetch_inventory
 from atomdeck.core.run import inuse
-from atomdeck.core.run.rundir import RunDir
+from atomdeck.core.run.inventory import fetch_inventory
 from atomdeck.core.run.run import Run, make_launcher
+from atomdeck.core.run.rundir import RunDir
 
 NODES = ["mia1-p01-g01", "mia1-p01-g02"]
 connects = {"n": 0}
