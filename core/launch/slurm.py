@@ -163,7 +163,7 @@ class SlurmLauncher(NodeSteps, LauncherBase):
     async def _preflight(self, plan, processes: list[ProcessSpec]) -> dict[str, dict[str, str]]:
         """The pre-flight script as one srun step per node, all in parallel."""
         facts = await run_checks(plan, processes, lambda node, argv: self.runner.run(
-            self._srun(node, "preflight", argv, output=None), timeout=60))
+            self._srun(node, "preflight", argv, output=None), timeout=60), self.run_id)
         await check_engine_flags(plan, processes, lambda node, argv: self.runner.run(
             self._srun(node, "preflight-help", argv, output=None), timeout=120))
         return facts

@@ -28,8 +28,8 @@ WRAPPER_NOFILE = 65536  # supervisor.sh raises the soft limit to this, or else t
 
 # $1: ports to check (space separated), $2: a path that must exist (or ""), $3: runtime check command,
 # $4: Mooncake library directories the workers' LD_LIBRARY_PATH names (space separated; outside containers;
-# inside an image IMAGE_SCRIPT checks them)
-SCRIPT = r'''ports=$1; model=$2; runtime=$3; mooncake=$4
+# inside an image IMAGE_SCRIPT checks them), $5: this launch's run id (its own processes are not another run's)
+SCRIPT = r'''ports=$1; model=$2; runtime=$3; mooncake=$4; self_run=$5
 echo "host=$(hostname)"
 echo "nofile=$(ulimit -n) $(ulimit -Hn)"
 if [ -e /dev/infiniband ]; then echo "ib_dev=yes"; else echo "ib_dev=no"; fi
@@ -61,6 +61,15 @@ if command -v rocm-smi >/dev/null 2>&1; then
 else
   echo "gpu_json="
 fi
+me=$(readlink /proc/self/ns/net)
+runs=
+for f in $(cd /proc && grep -lsz '^ATOMDECK_RUN=' [0-9]*/environ); do
+  p=${f%/environ}
+  [ "$(readlink "/proc/$p/ns/net" 2>/dev/null)" = "$me" ] || continue
+  r=$(tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | sed -n 's/^ATOMDECK_RUN=\([^:]*\):.*/\1/p')
+  case " $runs " in *" $r "*) ;; *) [ -n "$r" ] && [ "$r" != "$self_run" ] && runs="$runs $r";; esac
+done
+echo "atomdeck_runs=$runs"
 echo "ips=$(hostname -I 2>/dev/null)"
 echo "ifaddrs=$(ip -o addr show 2>/dev/null | awk '{split($4, a, "/"); print $2 "=" a[1]}' | tr '\n' ' ')"
 echo "preflight=done"
@@ -192,9 +201,9 @@ def runtime_check(processes: list[ProcessSpec], node: str) -> str:
     return ""
 
 
-def command(check: NodeCheck) -> list[str]:
+def command(check: NodeCheck, run_id: str = "") -> list[str]:
     return ["sh", "-c", SCRIPT, "atomdeck-preflight", " ".join(map(str, check.ports)), check.model_path,
-            check.runtime, " ".join(check.mooncake_dirs)]
+            check.runtime, " ".join(check.mooncake_dirs), run_id]
 
 
 def parse(output: str) -> dict[str, str]:
@@ -221,6 +230,13 @@ def findings_from(check: NodeCheck, recipe_model: str) -> list[Finding]:
     if busy:
         out.append(Finding("preflight-ports", "error", f"port(s) {', '.join(busy)} already in use on {n}",
                            "ports", "stop what listens there, or change ports.* in the recipe", n))
+    runs = r.get("atomdeck_runs", "").split()
+    if runs:  # (a run launched from this machine was refused before pre-flight, naming it: core/run/inuse.py)
+        out.append(Finding("preflight-busy", "error",
+                           f"processes of another atomdeck run are running on {n}: {', '.join(runs[:3])}"
+                           + (f" and {len(runs) - 3} more" if len(runs) > 3 else "")
+                           + " (launched from another machine or state directory)", "--nodes",
+                           "stop it where it was launched (`atomdeck down RUN`), or pick another node", n))
     rt = r.get("runtime", "")
     if rt.startswith("missing"):
         out.append(Finding("preflight-runtime", "error",
@@ -364,10 +380,12 @@ def ip_findings(checks: list[NodeCheck], spec: NodeIp) -> tuple[dict[str, str], 
 
 
 async def run_checks(plan: Plan, processes: list[ProcessSpec],
-                     run_on: Callable[[str, list[str]], Awaitable[Result]]) -> dict[str, dict[str, str]]:
+                     run_on: Callable[[str, list[str]], Awaitable[Result]],
+                     run_id: str = "") -> dict[str, dict[str, str]]:
     """Run the script on every node in parallel (run_on(node, argv) runs it there: an srun step, an SSH
     command). Raises PreflightError with every finding; returns facts: each node's RDMA NIC type
-    ("nic") and the address its peers must use, learned from the node itself ("node_ips")."""
+    ("nic") and the address its peers must use, learned from the node itself ("node_ips"). `run_id`: this
+    launch's run, whose own processes (a Slurm node's step) are not another run's."""
     from .engine_flags import cache_load, cache_save
 
     checks = checks_for(plan, processes)
@@ -378,7 +396,7 @@ async def run_checks(plan: Plan, processes: list[ProcessSpec],
         if isinstance(ch, ImageCheck) and isinstance(cache.get(ch.key), dict):
             ch.result, ch.cached = cache[ch.key], True
             return
-        res = await run_on(ch.node, command(ch) if isinstance(ch, NodeCheck) else ch.command())
+        res = await run_on(ch.node, command(ch, run_id) if isinstance(ch, NodeCheck) else ch.command())
         ch.result = parse(res.stdout)
         if not res.ok and "preflight" not in ch.result:
             ch.result["error"] = f"exit {res.rc}: " + ((res.stderr or res.stdout).strip()[-300:] or "no output")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import time
 
 import pytest
 from atomdeck.core.config.errors import PreflightError
@@ -43,6 +44,31 @@ def test_findings_name_the_node_and_the_problem():
     }
     assert findings_from(NodeCheck("g03", [], "", ""), "m")[0].rule == "preflight"  # no output at all
 
+
+def test_the_script_names_other_runs_on_this_node_not_its_own_nor_another_network_namespaces():
+    """A process carrying another run's marker in this network namespace is named; this launch's own run, and a
+    process in another network namespace (the lab's nodes share one process table), are not."""
+    env = {"PATH": "/usr/bin:/bin"}
+    procs = [subprocess.Popen(["sleep", "60"], env={**env, "ATOMDECK_RUN": mark})
+             for mark in ("other-run:decode-0", "other-run:prefill-0", "this-run:@node")]
+    procs.append(subprocess.Popen(["unshare", "--net", "sleep", "60"], env={**env, "ATOMDECK_RUN": "apart-run:x"}))
+    try:
+        time.sleep(0.3)  # (unshare has made its namespace and run sleep)
+        out = subprocess.run(["sh", "-c", SCRIPT, "pf", "", "", "", "", "this-run"], capture_output=True, text=True,
+                             timeout=20).stdout
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+    named = parse(out)["atomdeck_runs"].split()
+    assert "other-run" in named and named.count("other-run") == 1, named
+    assert "this-run" not in named and "apart-run" not in named, named
+    ch = NodeCheck("g02", [], "", "")
+    ch.result = parse("preflight=done\natomdeck_runs= r1 r2 r3 r4\n")
+    (f,) = findings_from(ch, "m")
+    assert (f.rule, f.node, f.key) == ("preflight-busy", "g02", "--nodes")
+    assert f.message == ("processes of another atomdeck run are running on g02: r1, r2, r3 and 1 more (launched from "
+                         "another machine or state directory)")
 
 def test_model_path_maps_to_the_nodes_model_dir_for_containers():
     a = lab_assess(cluster="name: c\nlauncher: slurm\ncontainer: {runtime: docker}\n"
