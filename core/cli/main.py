@@ -142,9 +142,11 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(as_json, 2, "config", f"the configuration has {len(e.issues)} problem(s)", findings,
                      ["atomdeck: the configuration has problems:", *(f"  {i}" for i in e.issues)])
     except AtomdeckError as e:
-        found = [f.to_json() if hasattr(f, "to_json") else str(f) for f in getattr(e, "findings", None) or []]
+        findings = getattr(e, "findings", None) or []
+        found = [f.to_json() if hasattr(f, "to_json") else str(f) for f in findings]
         kind = "preflight" if found else "input"
-        return _fail(as_json, 2, kind, str(e), found)
+        text = ["atomdeck: pre-flight failed, nothing was launched:", *(f"  {f}" for f in findings)] if found else None
+        return _fail(as_json, 2, kind, str(e), found, text)
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:

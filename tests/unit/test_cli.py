@@ -90,3 +90,30 @@ def test_runs_cuts_a_long_diagnosis_on_a_terminal_and_says_where_it_is_whole(cap
     runs_text(runs)  # piped (not a terminal): every line whole, for grep
     lines = capsys.readouterr().out.splitlines()
     assert lines[1].endswith("stop them with `atomdeck down 20261204-1-demo`") and len(lines) == 3, lines
+
+
+def test_a_preflight_refusal_prints_each_finding_with_what_to_change(monkeypatch, capsys):
+    """`atomdeck up` refused by pre-flight: every finding on a line of its own, with the key to change and how
+    (the one-line message alone named neither); --json keeps the findings' fields."""
+    from atomdeck.core.cli.main import main
+    from atomdeck.core.config.errors import PreflightError
+    from atomdeck.core.design.findings import Finding
+    from atomdeck.core.run.run import Run
+
+    found = [Finding("preflight-busy", "error", "processes of another atomdeck run are running on g02: r1", "--nodes",
+                     "stop it where it was launched (`atomdeck down RUN`), or pick another node", "g02"),
+             Finding("preflight-model", "error", "model path /m is missing on g03", "model.path", "put it there", "g03")]
+
+    async def refused(*a, **kw):
+        raise PreflightError(found)
+
+    monkeypatch.setattr(Run, "launch", refused)
+    assert main(["up", "demo-1p1d"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err == ["atomdeck: pre-flight failed, nothing was launched:",
+                   "  error: preflight-busy [g02]: processes of another atomdeck run are running on g02: r1 -> change "
+                   "--nodes: stop it where it was launched (`atomdeck down RUN`), or pick another node",
+                   "  error: preflight-model [g03]: model path /m is missing on g03 -> change model.path: put it there"]
+    assert main(["up", "demo-1p1d", "--json"]) == 2
+    out = json.loads(capsys.readouterr().out)["error"]
+    assert out["kind"] == "preflight" and [f["rule"] for f in out["findings"]] == ["preflight-busy", "preflight-model"]
