@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config.errors import AtomdeckError
+from ..config.text import listed
 from ..design.commands import ProcessSpec
 from ..remote.filetail import follow
 from ..remote.listening import ListenTable, local_table
@@ -357,7 +358,7 @@ class LocalLauncher(LauncherBase):
             await asyncio.sleep(STOP_TICK_S)
         await self._reap_starters()
         named = sorted(set(left.values()))
-        names = ", ".join(named[:6]) + (f" and {len(named) - 6} more" if len(named) > 6 else "")
+        names = listed(named, 6)
         still = sorted(pid for pid in left if alive(pid))
         if still:
             raise AtomdeckError(f"this machine: {len(still)} process(es) of the run outlived SIGKILL "

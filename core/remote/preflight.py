@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from ..config.cluster import NodeIp
 from ..config.errors import PreflightError
+from ..config.text import listed
 from ..design.commands import ProcessSpec
 from ..design.findings import Finding
 from ..design.plan import Plan
@@ -233,9 +234,8 @@ def findings_from(check: NodeCheck, recipe_model: str) -> list[Finding]:
     runs = r.get("atomdeck_runs", "").split()
     if runs:  # (a run launched from this machine was refused before pre-flight, naming it: core/run/inuse.py)
         out.append(Finding("preflight-busy", "error",
-                           f"processes of another atomdeck run are running on {n}: {', '.join(runs[:3])}"
-                           + (f" and {len(runs) - 3} more" if len(runs) > 3 else "")
-                           + " (launched from another machine or state directory)", "--nodes",
+                           f"processes of another atomdeck run are running on {n}: {listed(runs, 3)} (launched "
+                           "from another machine or state directory)", "--nodes",
                            "stop it where it was launched (`atomdeck down RUN`), or pick another node", n))
     rt = r.get("runtime", "")
     if rt.startswith("missing"):

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..config.errors import AtomdeckError
+from ..config.text import listed
 from ..design.plan import Plan
 from ..launch.base import Launcher, script
 from ..launch.procfs import alive, runs_marked
@@ -53,9 +54,8 @@ async def check_nodes_free(plan: Plan, launcher: Callable[[], Launcher]) -> None
     for (rd, meta, nodes, _), names in zip(candidates, alive_on):
         names = names or _launching(meta)
         if names:
-            shown = ", ".join(names[:6]) + (f" and {len(names) - 6} more" if len(names) > 6 else "")
-            busy.append(f"{name_ranges(sorted(nodes))} by run {rd.id} ({meta.get('status')}: {shown}); stop it "
-                        f"first with `atomdeck down {rd.id}`")
+            busy.append(f"{name_ranges(sorted(nodes))} by run {rd.id} ({meta.get('status')}: {listed(names, 6)}); "
+                        f"stop it first with `atomdeck down {rd.id}`")
     if busy:
         raise AtomdeckError(f"node(s) in use, nothing was launched: {'; '.join(busy)}. Or pick other nodes")
 

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from rich.style import Style
 from rich.text import Text
 
+from ...core.config.text import listed
 from ...core.run.events import PairState, RunState
 from ..logtext import clean
 
@@ -168,7 +169,7 @@ def _collapsed(state: RunState, prefills: list[str], decodes: list[str], color: 
     lag = [w for w, r in reach.items() if r < best]  # every pair of it is behind the furthest one
     if lag:
         out.append("\n" if n_failed else "")
-        shown = ", ".join(lag[:12]) + (f" and {len(lag) - 12} more" if len(lag) > 12 else "")
+        shown = listed(lag, 12)
         out.append("held back by ", style="bold")
         out.append(f"{shown}: every pair of {'it' if len(lag) == 1 else 'each'} is behind the others", style="dim")
     out.append("\n" if out.plain else "")
