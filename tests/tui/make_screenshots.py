@@ -193,17 +193,22 @@ async def _runs(pilot) -> None:
 
 
 async def _preflight(pilot) -> None:
-    from atomdeck.core.design.findings import Finding
+    """What core's pre-flight says of three nodes (findings_from on each node's script output): a leftover run and a
+    busy GPU, a port taken, a model path missing."""
+    from atomdeck.core.remote.preflight import NodeCheck, findings_from, parse
     from atomdeck.tui.run_control import _preflight_text
     from atomdeck.tui.screens.dialogs import MessageDialog
 
-    findings = [
-        Finding("preflight-gpu-busy", "error", "GPU memory in use on 3 of 8 GPUs (87%, 91%, 64%): another job "
-                "is still on this node", "nodes", "pick another node, or free the GPUs", node="mia1-p01-g02"),
-        Finding("preflight-model", "error", "model path /it-share/data/DeepSeek-V4-Pro does not exist on this "
-                "node", "model.path", "copy the model there or fix model_dirs", node="mia1-p01-g03"),
-        Finding("preflight-port", "error", "port 8010 is already listening", "ports.prefill_http",
-                "stop what holds it (an earlier run? 5 Runs) or change the port", node="mia1-p01-g01")]
+    said = {
+        "mia1-p01-g01": "busy_ports= 8010",
+        "mia1-p01-g02": "atomdeck_runs= 20261203-181502-dsv4-2p1d-9c1e\ngpu_json={\"card0\": {\"GPU Memory Allocated "
+                        "(VRAM%)\": \"87\"}}",
+        "mia1-p01-g03": "model=missing"}
+    findings = []
+    for node, out in said.items():
+        check = NodeCheck(node, [8010], "/it-share/data/DeepSeek-V4-Pro")
+        check.result = parse(f"preflight=done\n{out}\n")
+        findings += findings_from(check, "/models/DeepSeek-V4-Pro")
     pilot.app.switch_mode("run")
     await pilot.pause()
     pilot.app.push_screen(MessageDialog("Pre-flight failed: nothing was launched", _preflight_text(findings)))
