@@ -12,6 +12,7 @@ holding job waits until the nodes are free."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
 from collections.abc import Callable
@@ -101,7 +102,8 @@ async def _scan(launcher: Launcher, nodes: list[str]) -> dict[str, set[tuple[str
     except TimeoutError:
         pass
     finally:
-        await launcher.close()
+        with contextlib.suppress(Exception):  # (closing connections must not hide the answer)
+            await launcher.close()
     return out
 
 
