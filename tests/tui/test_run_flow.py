@@ -514,6 +514,13 @@ async def test_a_launch_attaches_without_parsing_the_stylesheet_or_creating_file
     assert report.clean and gone(run) == []
 
 
+def held_app(monkeypatch):
+    """A console whose launches hold the local starter at its second line: (app, the event that releases the
+    starts, the event set once they are held)."""
+    release = threading.Event()
+    return live_app(), release, hold_starts(monkeypatch, release)
+
+
 async def launch_held(pilot, second: threading.Event) -> str:
     """3 L y, until the starts are under way and held (`hold_starts`) with the run attached; its id."""
     app = pilot.app
@@ -541,9 +548,7 @@ async def test_q_a_third_time_while_the_processes_start_quits_now_and_core_recor
 
     from atomdeck.core.run.rundir import RunDir
 
-    app = live_app()
-    release = threading.Event()
-    second = hold_starts(monkeypatch, release)  # the starter's second line read: held there
+    app, release, second = held_app(monkeypatch)
     run_id = ""
     try:
         async with app.run_test(size=BIG) as pilot:
@@ -580,9 +585,7 @@ async def test_q_twice_while_the_processes_start_quits_once_they_started_and_dow
     the run is attached while they start (Run.launch's on_run), and q twice quits once every start returned: the
     message names the run and how to stop it, and core's teardown from its directory leaves nothing."""
 
-    app = live_app()
-    release = threading.Event()
-    second = hold_starts(monkeypatch, release)  # the starter's second line read: held there
+    app, release, second = held_app(monkeypatch)
     run_id = ""
     try:
         async with app.run_test(size=BIG) as pilot:
