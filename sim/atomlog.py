@@ -24,6 +24,12 @@ _RUST_LEVELS = {"debug": 10, "info": 20, "warn": 30, "error": 40}
 _rust_threshold = 20
 
 
+def reset_lock() -> None:
+    """A forked child gets a lock of its own (another thread of the parent may have held this one)."""
+    global _lock
+    _lock = threading.Lock()
+
+
 def setup_streams() -> None:
     """Make stdout/stderr line-buffered so nothing waits in a buffer."""
     for stream in (sys.stdout, sys.stderr):

@@ -67,6 +67,8 @@ class Faults:
     bind_port: int | None = None
     bind_host: str | None = None
     metrics: bool | None = None          # ATOMSIM_METRICS: None follows ATOMSIM_ATOM_REV
+    crash_rank: str = "0"                # ATOMSIM_CRASH_RANK: the rank ATOMSIM_CRASH_AFTER kills
+    rank_setsid: str | None = None       # ATOMSIM_RANK_SETSID: a rank that leaves its process group
     notes: list[str] = field(default_factory=list)
 
     @classmethod
@@ -106,6 +108,8 @@ class Faults:
             bind_port=_int(env.get("ATOMSIM_BIND_PORT")),
             bind_host=env.get("ATOMSIM_BIND_HOST", "").strip() or None,
             metrics=_switch(env.get("ATOMSIM_METRICS")),
+            crash_rank=env.get("ATOMSIM_CRASH_RANK", "").strip() or "0",
+            rank_setsid=env.get("ATOMSIM_RANK_SETSID", "").strip() or None,
         )
 
     def crashes_at(self, stage: str) -> bool:
@@ -134,6 +138,9 @@ def python_crash(frames: list[tuple[str, str, str]], exception: str, code: int) 
         lines.append(f"    {source}")
     lines.append(exception)
     atomlog.emit_many(lines, __import__("sys").stderr)
+    from .proctree import close_all  # the interpreter's exit runs CoreManager's finalizer: EngineCores closed
+
+    close_all()
     atomlog.hard_exit(code)
 
 

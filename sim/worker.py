@@ -20,6 +20,7 @@ from .faults import WORKER_STAGES, Faults, freeze_later, python_crash
 from .httpd import HttpServer, Request, reason
 from .kv import MooncakeConnector
 from .metrics import atom_metrics_enabled
+from .proctree import EngineTree
 from .serving import ServingConfig, WorkerService
 from .worker_args import build_parser, resolve_kv_config
 
@@ -43,6 +44,7 @@ class Worker:
         if args.enable_dp_attention:
             self.tp, self.dp = 1, args.tensor_parallel_size * args.data_parallel_size
         self.connector: MooncakeConnector | None = None
+        self.tree = EngineTree(self.tp, self.dp, simenv.atom_rev(), self.faults.rank_setsid)
         self.http: HttpServer | None = None
         self.serving = False
         self.first_request_seen = False
@@ -115,7 +117,10 @@ class Worker:
             log(f"KV transfer config loaded: {json.loads(args.kv_transfer_config)}")
         for rank in range(self.dp):
             log(f"Engine Core Mgr: Creating EngineCore for DP rank {rank}/{self.dp}")
+            self.tree.start_core(rank)
             await simenv.pause(0.1)
+        await asyncio.to_thread(self.tree.wait_ready)
+        self.tree.watch(self.core_died)
         await simenv.pause(1.5)                       # model weights
         if self.faults.slow_load:
             await asyncio.sleep(self.faults.slow_load)
@@ -242,10 +247,18 @@ class Worker:
             self.maybe_crash("serving")
 
     async def crash_later(self, seconds: float) -> None:
+        """``ATOMSIM_CRASH_AFTER``: one rank process is SIGKILLed (an OOM kill, a GPU fault); its EngineCore's
+        monitor logs the death and shuts down (proctree.py), and the server then fails (core_died)."""
         await asyncio.sleep(seconds)
-        # atom/model_engine/async_proc.py (pin :428, head :464): the runner manager's monitor thread.
-        log(f"AsyncIOProcManager(ModelRunner): [ModelRunner0/{self.tp}] proc died unexpectedly (exitcode=-9), "
-            f"shutting down.")
+        pid = self.tree.rank_pid(self.faults.crash_rank)
+        if pid is None:
+            atomlog.err(f"atomsim: ATOMSIM_CRASH_RANK {self.faults.crash_rank!r} names no rank of this worker "
+                        f"({', '.join(sorted(self.tree.ranks.values()))})")
+            return
+        os.kill(pid, signal.SIGKILL)
+
+    def core_died(self, dp_rank: int, code: int) -> None:
+        """An EngineCore ended under a live server: the engine's output handler raises and the server exits."""
         self.crash([(ENGINE, "monitor_engine_cores", "raise RuntimeError(")],
                    "RuntimeError: EngineCore encountered an issue. See stack trace above for the root cause.")
 
@@ -284,6 +297,7 @@ class Worker:
             log("Server shutting down, releasing resources...")
             if self.connector:
                 await self.connector.close()
+            await asyncio.to_thread(self.tree.close)
             atomlog.uvicorn("Application shutdown complete.")
             atomlog.uvicorn(f"Finished server process [{pid}]")
         else:
@@ -293,6 +307,7 @@ class Worker:
                 await self.http.close()
             if self.connector:
                 await self.connector.close()
+            await asyncio.to_thread(self.tree.close)
             log("Engine shutdown complete.")
         atomlog.hard_exit(0)
 

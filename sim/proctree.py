@@ -1,0 +1,374 @@
+"""ATOM's process tree below the API server: one EngineCore process per DP rank, one model-runner process per
+TP rank under it, with ATOM's titles, parent links, signal handling and orphan reaping.
+
+What the real program does (ROCm/ATOM head ffdf3bb5; the router pin 087b82d9 where it differs):
+- atom/model_engine/engine_core_mgr.py (``CoreManager.__init__``, ``launch_engine_core``): the server process
+  starts one ``EngineCore-DP{d}`` process per DP rank (``--enable-dp-attention``: tp*dp ranks of TP1).
+- atom/model_engine/engine_core.py (``EngineCore.run_engine``): the EngineCore arms orphan reaping and titles
+  itself ``EngineCore`` (one DP rank) or ``EngineCore_DP{d}``; its ``busy_loop`` waits for input.
+- atom/model_engine/async_proc.py (``AsyncIOProcManager``): the EngineCore starts one ``AsyncIOProc`` per TP
+  rank, named ``ModelRunner{r}/{n}``, each titled ``TP{r}`` (one DP rank) or ``DP{d}TP{r}``, each arming orphan
+  reaping; its ``busy_loop`` waits in ``get_func`` -> ``rpc_broadcast_mq.dequeue()``. ``monitor_procs`` waits on
+  the ranks' sentinels and logs ``AsyncIOProcManager(ModelRunner): [ModelRunner{r}/{n}] proc died unexpectedly
+  (exitcode={c}), shutting down.``, then ``exit()`` logs ``... shutdown all runners...``, terminates the others
+  (``shutdown_all_processes``: SIGTERM, 1 s, SIGKILL) and ``... All runners are shutdown.``.
+- atom/utils/__init__.py: ``set_process_title`` sets ``{ATOM_PROCESS_NAME_PREFIX}::{name}`` (prefix ``ATOM``)
+  with the ``setproctitle`` package (comm and cmdline; it also blanks /proc/PID/environ unless ``SPT_NOENV`` is
+  set); ``enable_orphan_reaping`` is ``prctl(PR_SET_PDEATHSIG, SIGKILL)`` and exits at once if the parent is
+  already gone; ``init_exit_handler`` ignores SIGINT and logs ``{label}: received signal 15 (SIGTERM),
+  exiting...`` on SIGTERM (the last handler set wins: ``AsyncIOProcManager(ModelRunner)`` in an EngineCore,
+  ``Model Runner{r}/{n}`` in a rank, from model_runner.py).
+- At the pin there is neither ``set_process_title`` nor ``enable_orphan_reaping``: the processes keep the
+  command line multiprocessing's spawn gives them, and a SIGKILLed parent leaves its EngineCore and ranks running
+  as orphans (ROCm/ATOM #1511: they kept their GPU memory and the next run crashed).
+
+Where this differs: the real processes are started with multiprocessing's ``spawn`` (a new interpreter each);
+here they are forked from the server before Mooncake starts (the same tree, titles and links, at a fraction of
+the memory: 1,152 ranks run on one machine in the 128-node benchmark). The pin's spawn command line is set as
+the title, with /proc/PID/environ kept as the real pin keeps it. The engines' work is modelled in the server
+(scheduler.py), not in the ranks; a rank only waits for work, as an idle real one does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import gc
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from . import atomlog
+
+PR_SET_PDEATHSIG = 1
+RUNNERS_GRACE_S = 1.0   # shutdown_all_processes(allowed_seconds=1)
+CORES_GRACE_S = 5.0     # CoreManager.close(): one 5 s deadline for all EngineCores
+
+
+def prefix() -> str:
+    return os.environ.get("ATOM_PROCESS_NAME_PREFIX", "ATOM")
+
+
+@dataclass(frozen=True)
+class Rank:
+    """One model-runner process of one EngineCore."""
+
+    dp_rank: int
+    tp_rank: int
+    tp: int
+    dp: int
+
+    @property
+    def name(self) -> str:
+        """multiprocessing's process name (async_proc.py): what the death line names."""
+        return f"ModelRunner{self.tp_rank}/{self.tp}"
+
+    @property
+    def title(self) -> str:
+        return f"DP{self.dp_rank}TP{self.tp_rank}" if self.dp > 1 else f"TP{self.tp_rank}"
+
+    def matches(self, spec: str) -> bool:
+        """``3``, ``TP3``, ``DP1TP0`` or ``ModelRunner3/8`` name this rank (a bare TP rank means DP rank 0)."""
+        s = spec.strip()
+        if s.isdigit():
+            return self.dp_rank == 0 and self.tp_rank == int(s)
+        if s.upper().startswith("TP") and s[2:].isdigit():
+            return self.dp_rank == 0 and self.tp_rank == int(s[2:])
+        return s in (self.title, self.name)
+
+
+def core_title(dp_rank: int, dp: int) -> str:
+    return f"EngineCore_DP{dp_rank}" if dp > 1 else "EngineCore"
+
+
+def spawn_cmdline() -> str:
+    """What multiprocessing's spawn start method runs (multiprocessing/spawn.py get_command_line), as ps shows
+    it for the pin's processes, which set no title."""
+    return (f"{sys.executable} -c from multiprocessing.spawn import spawn_main; "
+            f"spawn_main(tracker_fd=5, pipe_handle=7) --multiprocessing-fork")
+
+
+def _set_title(name: str, rev: str) -> None:
+    if rev == "pin":
+        os.environ["SPT_NOENV"] = "1"  # the pin calls no setproctitle: its environ stays readable
+        title = spawn_cmdline()
+    else:
+        title = f"{prefix()}::{name}"
+    try:
+        import setproctitle
+    except ImportError:  # a soft dependency in ATOM too (set_process_title is a no-op without it)
+        return
+    setproctitle.setproctitle(title)
+
+
+def _arm_orphan_reaping(parent: int) -> None:
+    """enable_orphan_reaping: the kernel SIGKILLs this process when its parent exits."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:  # the parent died between the fork and the prctl
+        os._exit(1)
+
+
+def _forked(rev: str, parent: int) -> None:
+    """A forked child starts clean: no event loop's wakeup fd, its own log lock, no garbage collection of the
+    server's objects (they stay shared with the server, copy-on-write)."""
+    with contextlib.suppress(ValueError):
+        signal.set_wakeup_fd(-1)
+    for sig in (signal.SIGTERM, signal.SIGCHLD, signal.SIGHUP, signal.SIGUSR1):
+        signal.signal(sig, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # init_exit_handler: the server handles Ctrl-C
+    atomlog.reset_lock()
+    _current.clear()  # the server's tree is not this process's to close
+    gc.disable()
+    if rev != "pin":
+        _arm_orphan_reaping(parent)
+
+
+def exitcode(status: int) -> int:
+    """multiprocessing's Process.exitcode: the exit code, or minus the signal that ended it."""
+    return -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.waitstatus_to_exitcode(status)
+
+
+# ---- a rank (model-runner process) --------------------------------------------------------------------------
+
+def _rank_main(rank: Rank, rev: str, parent: int, leave_group: bool) -> None:
+    _forked(rev, parent)
+    label = f"Model Runner{rank.tp_rank}/{rank.tp}"
+
+    def on_term(signum, _frame):
+        atomlog.atom(f"{label}: received signal {signum} ({signal.Signals(signum).name}), exiting...")
+        atomlog.hard_exit(0)
+
+    signal.signal(signal.SIGTERM, on_term)
+    if leave_group:  # ATOMSIM_RANK_SETSID: a rank that left its process group (and session)
+        os.setsid()
+    _set_title(rank.title, rev)
+    busy_loop()
+
+
+def busy_loop() -> None:
+    """async_proc.py AsyncIOProc.busy_loop: wait for the next call of the EngineCore."""
+    while True:
+        get_func()
+
+
+def get_func() -> None:
+    dequeue()
+
+
+_idle_r, _idle_w = -1, -1
+
+
+def dequeue() -> bytes:
+    """The shared-memory broadcast queue's dequeue: here a pipe that nobody writes to (the process holds both
+    ends, so it never sees end-of-file: an idle rank of an orphaned tree waits forever, as the real one does)."""
+    global _idle_r, _idle_w
+    if _idle_r < 0:
+        _idle_r, _idle_w = os.pipe()
+    return os.read(_idle_r, 1)
+
+
+# ---- an EngineCore ------------------------------------------------------------------------------------------
+
+def _core_main(dp_rank: int, tp: int, dp: int, rev: str, parent: int, ready_w: int,
+               setsid_rank: str | None) -> None:
+    _forked(rev, parent)
+    manager = "AsyncIOProcManager(ModelRunner)"
+    me = os.getpid()
+    ranks: dict[int, Rank] = {}
+    stopping = threading.Event()
+
+    def stop_runners(code: int) -> None:
+        """AsyncIOProcManager.exit + shutdown_all_processes: SIGTERM the ranks, 1 s, SIGKILL, then leave."""
+        stopping.set()
+        atomlog.atom(f"{manager}: shutdown all runners...")
+        for pid in list(ranks):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + RUNNERS_GRACE_S
+        while ranks and time.monotonic() < deadline:
+            _reap(ranks, block=False)
+            time.sleep(0.02)
+        for pid in list(ranks):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        while ranks:
+            _reap(ranks, block=True)
+        atomlog.atom(f"{manager}: All runners are shutdown.")
+        atomlog.hard_exit(code)
+
+    def on_term(signum, _frame):
+        if stopping.is_set():
+            return
+        atomlog.atom(f"{manager}: received signal {signum} ({signal.Signals(signum).name}), exiting...")
+        stop_runners(0)
+
+    signal.signal(signal.SIGTERM, on_term)
+    _set_title(core_title(dp_rank, dp), rev)
+    for tp_rank in range(tp):
+        rank = Rank(dp_rank, tp_rank, tp, dp)
+        pid = os.fork()
+        if pid == 0:
+            try:
+                _rank_main(rank, rev, me, bool(setsid_rank) and rank.matches(setsid_rank or ""))
+            finally:
+                os._exit(1)
+        ranks[pid] = rank
+    os.write(ready_w, (json.dumps({"dp_rank": dp_rank, "pid": me,
+                                   "ranks": {str(p): r.title for p, r in ranks.items()}}) + "\n").encode())
+    os.close(ready_w)
+    monitor_procs(ranks, stopping, lambda: stop_runners(1), manager)
+    busy_loop()
+
+
+def _reap(ranks: dict[int, Rank], block: bool) -> tuple[int, int] | None:
+    try:
+        pid, status = os.waitpid(-1, 0 if block else os.WNOHANG)
+    except ChildProcessError:
+        ranks.clear()
+        return None
+    if pid == 0:
+        return None
+    ranks.pop(pid, None)
+    return pid, status
+
+
+def monitor_procs(ranks: dict[int, Rank], stopping: threading.Event, shut_down: Callable[[], None],
+                  manager: str) -> None:
+    """async_proc.py AsyncIOProcManager.monitor_procs: a thread waits for the first rank to die."""
+    def monitor_engine_cores() -> None:
+        watched = dict(ranks)
+        while True:
+            try:
+                info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOWAIT)
+            except ChildProcessError:
+                return
+            if info is None or stopping.is_set():
+                return
+            rank = watched.get(info.si_pid)
+            if rank is None:
+                continue
+            code = -info.si_status if info.si_code in (os.CLD_KILLED, os.CLD_DUMPED) else info.si_status
+            atomlog.atom(f"{manager}: [{rank.name}] proc died unexpectedly (exitcode={code}), shutting down.")
+            os.kill(os.getpid(), signal.SIGUSR1)  # the shutdown runs on the main thread, as signals do
+            return
+
+    signal.signal(signal.SIGUSR1, lambda *_: shut_down())
+    threading.Thread(target=monitor_engine_cores, daemon=True, name="ModelRunnerMonitor").start()
+
+
+# ---- the server's side --------------------------------------------------------------------------------------
+
+class EngineTree:
+    """The server's view of its EngineCores: starts them, learns their ranks, notices a death, closes them."""
+
+    def __init__(self, tp: int, dp: int, rev: str, setsid_rank: str | None = None):
+        self.tp, self.dp, self.rev, self.setsid_rank = tp, dp, rev, setsid_rank
+        self.cores: dict[int, int] = {}          # pid -> dp rank
+        self.ranks: dict[int, str] = {}          # pid -> title (TP3, DP1TP0)
+        self.closing = False
+        self._ready: list[int] = []
+        _current.append(self)
+
+    def start_core(self, dp_rank: int) -> int:
+        """CoreManager: one EngineCore process for this DP rank (it starts its ranks itself)."""
+        r, w = os.pipe()
+        for stream in (sys.stdout, sys.stderr):  # nothing buffered may be written twice
+            with contextlib.suppress(ValueError, OSError):
+                stream.flush()
+        parent = os.getpid()
+        pid = os.fork()
+        if pid == 0:
+            os.close(r)
+            try:
+                _core_main(dp_rank, self.tp, self.dp, self.rev, parent, w, self.setsid_rank)
+            finally:
+                os._exit(1)
+        os.close(w)
+        self.cores[pid] = dp_rank
+        self._ready.append(r)
+        return pid
+
+    def wait_ready(self, timeout: float = 30.0) -> None:
+        """Read each EngineCore's ranks (the real ones send READY once their model runners are up)."""
+        deadline = time.monotonic() + timeout
+        for fd in self._ready:
+            data = b""
+            while not data.endswith(b"\n") and time.monotonic() < deadline:
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    break
+                data += chunk
+            os.close(fd)
+            with contextlib.suppress(ValueError):
+                info = json.loads(data or b"{}")
+                self.ranks.update({int(p): t for p, t in info.get("ranks", {}).items()})
+        self._ready = []
+
+    def rank_pid(self, spec: str) -> int | None:
+        for pid, title in self.ranks.items():
+            dp_rank = int(title[2:title.index("TP")]) if title.startswith("DP") else 0
+            tp_rank = int(title[title.index("TP") + 2:])
+            if Rank(dp_rank, tp_rank, self.tp, self.dp).matches(spec):
+                return pid
+        return None
+
+    def watch(self, on_died: Callable[[int, int], None]) -> None:
+        """Call on_died(dp_rank, exitcode) when an EngineCore ends while the server is not closing it (a pidfd
+        per EngineCore, read by the running event loop)."""
+        import asyncio
+
+        loop = asyncio.get_running_loop()
+        for pid, dp_rank in self.cores.items():
+            fd = os.pidfd_open(pid)
+
+            def gone(fd=fd, pid=pid, dp_rank=dp_rank) -> None:
+                loop.remove_reader(fd)
+                os.close(fd)
+                try:
+                    _, status = os.waitpid(pid, 0)
+                except ChildProcessError:
+                    status = 0
+                self.cores.pop(pid, None)
+                if not self.closing:
+                    on_died(dp_rank, exitcode(status))
+
+            loop.add_reader(fd, gone)
+
+    def close(self) -> None:
+        """CoreManager.close: SIGTERM every EngineCore, one deadline for all, then SIGKILL what is left."""
+        if self.closing and not self.cores:
+            return
+        self.closing = True
+        for pid in list(self.cores):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + CORES_GRACE_S
+        while self.cores and time.monotonic() < deadline:
+            for pid in list(self.cores):
+                with contextlib.suppress(ChildProcessError):
+                    if os.waitpid(pid, os.WNOHANG)[0] == 0:
+                        continue
+                self.cores.pop(pid, None)
+            time.sleep(0.02)
+        for pid in list(self.cores):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
+            self.cores.pop(pid, None)
+
+
+_current: list[EngineTree] = []
+
+
+def close_all() -> None:
+    """Before the server leaves on an error: its EngineCores are closed, as CoreManager's finalizer does."""
+    for tree in _current:
+        with contextlib.suppress(Exception):
+            tree.close()
