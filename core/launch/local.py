@@ -29,7 +29,7 @@ from ..remote.listening import ListenTable, local_table
 from ..remote.loglines import read_lines
 from ..remote.node_probes import connect_here
 from .base import SUPERVISOR, LauncherBase, ProcHandle, ProcStatus, StopReport, marker, outlive_cancel
-from .procfs import alive, carries_marker, marked_processes, parent_of, proc_stat, scan_groups
+from .procfs import alive, carries_marker, marked_processes, parent_of, proc_stat, scan_trees, title
 
 
 def read_exit(path: str) -> int | None:
@@ -68,15 +68,20 @@ STOP_TICK_S = 0.05  # a teardown re-reads /proc this often until every group it 
 
 async def stop_groups(items: list[tuple[ProcHandle, int]], grace: float,
                       is_ours_fn: Callable[[ProcHandle, list[int]], bool],
-                      scan: Callable[[Collection[int]], dict[int, list[int]]] = scan_groups,
+                      scan: Callable[[Collection[int]], dict[int, list[int]]] = scan_trees,
                       tick: Callable[[], Awaitable[object]] | None = None) -> list[StopReport]:
     """SIGTERM (+SIGCONT) each process group, wait up to `grace`, SIGKILL what is left, and verify every
-    member is gone. One pass over /proc per tick (`scan`) serves every group still being stopped: a
+    member is gone. A member is every process of the group and every descendant that left it (`scan`, read
+    before any signal: a rank that called setsid is signalled by its PID, and followed by its PID once its
+    parent is gone). One pass over /proc per tick (`scan`) serves every group still being stopped: a
     teardown of 129 processes reads /proc as often as one of a single process. `is_ours_fn(handle,
     members)` is asked before any signal (a reused PID's group is left alone)."""
     tick = tick or (lambda: asyncio.sleep(STOP_TICK_S))
     reports: dict[int, StopReport] = {}
     pending: dict[int, tuple[ProcHandle, int]] = {}
+    outside: dict[int, list[int]] = {}  # item -> its processes outside its group, signalled by PID
+    size: dict[int, int] = {}
+    names: dict[int, str] = {}
     t0 = time.monotonic()
     table = scan({pg for _, pg in items})
     for i, (h, pgid) in enumerate(items):
@@ -87,12 +92,17 @@ async def stop_groups(items: list[tuple[ProcHandle, int]], grace: float,
             reports[i] = StopReport(h.name, h.node, True,
                                     f"gone (process group {pgid} now holds someone else's processes; left alone)")
         else:
+            outside[i] = [p for p in members if (st := proc_stat(p)) is not None and st[1] != pgid]
+            names.update({p: title(p) for p in outside[i]})  # before the signals: named as they were
+            size[i] = len(members)
             try:  # SIGCONT too: a stopped process (state T: SIGSTOP, a debugger) ignores SIGTERM until continued
                 os.killpg(pgid, signal.SIGTERM)
                 os.killpg(pgid, signal.SIGCONT)
             except ProcessLookupError:
-                reports[i] = StopReport(h.name, h.node, True, "already gone")
-                continue
+                if not outside[i]:
+                    reports[i] = StopReport(h.name, h.node, True, "already gone")
+                    continue
+            _signal_each(outside[i], signal.SIGTERM, signal.SIGCONT)
             pending[i] = (h, pgid)
     killed: dict[int, float] = {}  # item -> when it was sent SIGKILL
     while pending:
@@ -100,24 +110,39 @@ async def stop_groups(items: list[tuple[ProcHandle, int]], grace: float,
         table = scan({pg for _, pg in pending.values()})
         now = time.monotonic()
         for i, (h, pgid) in list(pending.items()):
-            left = table.get(pgid)
+            left = sorted({*table.get(pgid, ()), *(p for p in outside[i] if alive(p))})
             if not left:
-                reports[i] = StopReport(h.name, h.node, True, f"SIGKILL after {grace:g}s grace, gone" if i in killed
-                                        else f"SIGTERM, gone in {now - t0:.1f}s")
+                what = (f"SIGKILL after {grace:g}s grace, gone" if i in killed
+                        else f"SIGTERM, gone in {now - t0:.1f}s")
+                reports[i] = StopReport(h.name, h.node, True, what + _tree_note(size[i], outside[i], names))
             elif i in killed:
                 if now - killed[i] < KILL_VERIFY_S:
                     continue
                 reports[i] = StopReport(h.name, h.node, False, f"still running after SIGKILL: pids {left}")
             else:
                 if now - t0 >= grace:
-                    try:
+                    with contextlib.suppress(ProcessLookupError):
                         os.killpg(pgid, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
+                    _signal_each(outside[i], signal.SIGKILL)
                     killed[i] = now
                 continue
             del pending[i]
     return [reports[i] for i in range(len(items))]
+
+
+def _signal_each(pids: list[int], *sigs: int) -> None:
+    for pid in pids:
+        for sig in sigs:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+
+
+def _tree_note(size: int, outside: list[int], names: dict[int, str]) -> str:
+    """Said when some of the processes had left the process group: how many the stop ended, naming those."""
+    if not outside:
+        return ""
+    odd = ", ".join(f"{p} {names.get(p) or '?'}" for p in outside)
+    return f" ({size} processes, {len(outside)} outside its process group: {odd})"
 
 
 async def wait_exit(pid: int, child: subprocess.Popen | None = None) -> int | None:
@@ -159,7 +184,7 @@ class LocalLauncher(LauncherBase):
         self._opened: dict[tuple[str, int], float] = {}  # (host, port) -> when a connect_from last got in
         self._stop_batches: dict[float, tuple[list[ProcHandle], asyncio.Future]] = {}
         self._flushes: set[asyncio.Task] = set()
-        self.scan = scan_groups  # how stop reads the process groups (a test counts the reads)
+        self.scan = scan_trees  # how stop reads the process groups and their trees (a test counts the reads)
         self.tick: Callable[[], Awaitable[object]] | None = None  # stop_groups' pause between reads
 
     async def start(self, spec: ProcessSpec) -> ProcHandle:

@@ -46,6 +46,43 @@ def scan_groups(pgids: Collection[int]) -> dict[int, list[int]]:
     return out
 
 
+def scan_trees(pgids: Collection[int]) -> dict[int, list[int]]:
+    """Each process group's live processes and every live descendant of them that left the group (an ATOM rank
+    that called setsid is still its EngineCore's child), from one pass over /proc: what stopping a process
+    started in that group must end."""
+    wanted = set(pgids)
+    out: dict[int, list[int]] = {pg: [] for pg in wanted}
+    parent: dict[int, int] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        st = _stat(int(entry.name))
+        if st is None or st[0] in ("Z", "X"):
+            continue
+        pid, ppid, pgid = int(entry.name), int(st[1]), int(st[2])
+        parent[pid] = ppid
+        if pgid in wanted:
+            out[pgid].append(pid)
+    owner = {pid: pg for pg, members in out.items() for pid in members}
+    grew = True
+    while grew:  # descendants outside the groups, however deep (a tree is a few levels)
+        grew = False
+        for pid, ppid in parent.items():
+            if pid not in owner and ppid in owner:
+                owner[pid] = owner[ppid]
+                out[owner[pid]].append(pid)
+                grew = True
+    return out
+
+
+def title(pid: int) -> str:
+    """What `ps -o comm` shows (an ATOM rank's title, cut to 15 characters by the kernel), or ""."""
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
+
+
 def group_members(pgid: int) -> list[int]:
     """Live (non-zombie) processes in a process group."""
     return scan_groups((pgid,))[pgid]
