@@ -4,6 +4,7 @@ processes are alive, what stage they are in, and their last log lines."""
 from __future__ import annotations
 
 import re
+import signal
 import time
 from dataclasses import dataclass, field
 
@@ -62,11 +63,37 @@ def _meaning(last: str) -> str:
     return ""
 
 
+# atom/model_engine/async_proc.py monitor_procs (pin :428, head :464): the EngineCore names the rank that died by its
+# multiprocessing name, ModelRunner{tp rank}/{tp size}, and multiprocessing's exit code (minus a signal's number)
+_RANK_DIED = re.compile(r"\[ModelRunner(\d+)/(\d+)\] proc died unexpectedly \(exitcode=(-?\d+)\)")
+
+
+def rank_death(p: ProcState) -> str:
+    """', its TP rank 3 of 8 (ModelRunner3/8) died: killed by SIGKILL' when the worker's EngineCore logged a rank's
+    death: the worker's own exit (1, a traceback) only follows from it."""
+    for line in p.errors or []:
+        m = _RANK_DIED.search(line)
+        if m:
+            rank, size, code = int(m[1]), int(m[2]), int(m[3])
+            how = f"killed by {_signame(-code)}" if code < 0 else f"exit code {code}"
+            if size == 1:  # DP attention: an EngineCore per DP rank, one rank each; the line does not say which
+                return f", a rank of one of its EngineCores (ModelRunner0/1) died: {how}"
+            return f", its TP rank {rank} of {size} (ModelRunner{rank}/{size}) died: {how}"
+    return ""
+
+
+def _signame(num: int) -> str:
+    try:
+        return signal.Signals(num).name
+    except ValueError:
+        return f"signal {num}"
+
+
 def describe_proc(p: ProcState, now: float) -> str:
     if p.stage in HEALTH_STAGES and p.alive is not False:
         return f"{p.name} on {p.node} {p.stage} for {_ago(p.since or now, now)}: {p.health_detail}; last: {_last(p)}"
     if p.alive is False or p.stage in TERMINAL:
-        how = p.exit_detail or (f"exit {p.exit_code}" if p.exit_code is not None else "gone")
+        how = (p.exit_detail or (f"exit {p.exit_code}" if p.exit_code is not None else "gone")) + rank_death(p)
         last = _last(p)
         return f"{p.name} on {p.node} {how}; last: {last}{_meaning(last)}"
     if p.stage == "pending":
