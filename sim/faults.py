@@ -69,6 +69,8 @@ class Faults:
     metrics: bool | None = None          # ATOMSIM_METRICS: None follows ATOMSIM_ATOM_REV
     crash_rank: str = "0"                # ATOMSIM_CRASH_RANK: the rank ATOMSIM_CRASH_AFTER kills
     rank_setsid: str | None = None       # ATOMSIM_RANK_SETSID: a rank that leaves its process group
+    hang_after: float | None = None      # ATOMSIM_HANG_AFTER: a rank hangs in its collective this long after serving
+    hang_rank: str = "0"                 # ATOMSIM_HANG_RANK: which rank
     notes: list[str] = field(default_factory=list)
 
     @classmethod
@@ -110,6 +112,8 @@ class Faults:
             metrics=_switch(env.get("ATOMSIM_METRICS")),
             crash_rank=env.get("ATOMSIM_CRASH_RANK", "").strip() or "0",
             rank_setsid=env.get("ATOMSIM_RANK_SETSID", "").strip() or None,
+            hang_after=_float(env.get("ATOMSIM_HANG_AFTER")),
+            hang_rank=env.get("ATOMSIM_HANG_RANK", "").strip() or "0",
         )
 
     def crashes_at(self, stage: str) -> bool:

@@ -36,6 +36,7 @@ import ctypes
 import gc
 import json
 import os
+import queue
 import signal
 import sys
 import threading
@@ -129,6 +130,48 @@ def _forked(rev: str, parent: int) -> None:
         _arm_orphan_reaping(parent)
 
 
+def fork_process(target: Callable[..., None], *args) -> int:
+    """Start `target(*args)` in a forked child whose Python stack is shallow: the fork happens in a thread of its
+    own, so the child's stack begins where a spawned process's does (spawn_main -> _main -> target), not with the
+    parent's frames (py-spy shows what a real rank shows). The thread lives as long as the process: the kernel's
+    PR_SET_PDEATHSIG fires when the *thread* that forked a child exits (ATOM's enable_orphan_reaping says so).
+    Returns the child's PID."""
+    if not _spawner:
+        requests: queue.Queue = queue.Queue()
+        threading.Thread(target=spawn_main, args=(requests,), name="spawn", daemon=True).start()
+        _spawner.append(requests)
+    reply: queue.Queue = queue.Queue()
+    _spawner[0].put((target, args, reply))
+    return reply.get()
+
+
+_spawner: list[queue.Queue] = []
+
+
+def spawn_main(requests: queue.Queue) -> None:
+    while True:
+        target, args, reply = requests.get()
+        pid = os.fork()
+        if pid == 0:
+            threading.current_thread().name = "MainThread"  # the forking thread is the child's main thread
+            _spawner.clear()
+            try:
+                _main(target, args)
+            finally:
+                os._exit(1)
+        reply.put(pid)
+
+
+def _main(target: Callable[..., None], args: tuple) -> None:
+    try:
+        target(*args)
+    except BaseException:  # a simulator bug: say where, as a crashed real process would
+        import traceback
+
+        traceback.print_exc()
+        raise
+
+
 def exitcode(status: int) -> int:
     """multiprocessing's Process.exitcode: the exit code, or minus the signal that ended it."""
     return -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.waitstatus_to_exitcode(status)
@@ -136,7 +179,9 @@ def exitcode(status: int) -> int:
 
 # ---- a rank (model-runner process) --------------------------------------------------------------------------
 
-def _rank_main(rank: Rank, rev: str, parent: int, leave_group: bool) -> None:
+def AsyncIOProc(rank: Rank, rev: str, parent: int, leave_group: bool, calls: int) -> None:
+    """A model-runner process (async_proc.py AsyncIOProc): titled, then waiting for the EngineCore's calls
+    (`calls`: the read end of its broadcast queue)."""
     _forked(rev, parent)
     label = f"Model Runner{rank.tp_rank}/{rank.tp}"
 
@@ -148,35 +193,86 @@ def _rank_main(rank: Rank, rev: str, parent: int, leave_group: bool) -> None:
     if leave_group:  # ATOMSIM_RANK_SETSID: a rank that left its process group (and session)
         os.setsid()
     _set_title(rank.title, rev)
-    busy_loop()
+    busy_loop(calls, rank)
 
 
-def busy_loop() -> None:
-    """async_proc.py AsyncIOProc.busy_loop: wait for the next call of the EngineCore."""
+def busy_loop(calls: int, rank: Rank) -> None:
+    """async_proc.py AsyncIOProc.busy_loop: run each call of the EngineCore."""
     while True:
-        get_func()
+        func, arg = get_func(calls)
+        if func == "execute_model":
+            execute_model(rank, arg)
 
 
-def get_func() -> None:
-    dequeue()
+def get_func(calls: int) -> tuple[str, str]:
+    func, _, arg = dequeue(calls).partition(" ")
+    return func, arg
 
 
-_idle_r, _idle_w = -1, -1
+def dequeue(fd: int) -> str:
+    """The shared-memory broadcast queue's dequeue: one line from the EngineCore. Once the EngineCore is gone
+    (end of file) it waits forever, as a real orphaned rank waits on its queue."""
+    line = _read_line(fd)
+    if line is None:
+        return wait_forever()
+    return line
 
 
-def dequeue() -> bytes:
-    """The shared-memory broadcast queue's dequeue: here a pipe that nobody writes to (the process holds both
-    ends, so it never sees end-of-file: an idle rank of an orphaned tree waits forever, as the real one does)."""
-    global _idle_r, _idle_w
-    if _idle_r < 0:
-        _idle_r, _idle_w = os.pipe()
-    return os.read(_idle_r, 1)
+def execute_model(rank: Rank, hung: str) -> None:
+    """The forward pass: every rank meets the others in a collective. ``ATOMSIM_RANK_HANG`` names the rank that
+    never arrives: it sits in a blocking receive from its peer, and the others wait in the all-reduce for it."""
+    all_reduce(rank, rank.matches(hung))
+
+
+def all_reduce(rank: Rank, stuck: bool) -> None:
+    if stuck:
+        recv_from_peer()
+    wait_for_peers()
+
+
+def recv_from_peer() -> bytes:
+    """A receive from a peer that never sends (a socket pair this process holds both ends of)."""
+    import socket
+
+    a, b = socket.socketpair()
+    _keep.append((a, b))
+    return a.recv(1)
+
+
+def wait_for_peers() -> str:
+    return wait_forever()
+
+
+_keep: list[object] = []
+_idle: list[int] = []
+
+
+def wait_forever() -> str:
+    """A blocking read of a pipe this process holds both ends of: it never sees end-of-file."""
+    if not _idle:
+        _idle.extend(os.pipe())
+    return os.read(_idle[0], 1).decode()
+
+
+def _read_line(fd: int) -> str | None:
+    data = b""
+    while not data.endswith(b"\n"):
+        chunk = os.read(fd, 1)
+        if not chunk:
+            return None
+        data += chunk
+    return data.decode().strip()
 
 
 # ---- an EngineCore ------------------------------------------------------------------------------------------
 
-def _core_main(dp_rank: int, tp: int, dp: int, rev: str, parent: int, ready_w: int,
+def run_engine(dp_rank: int, tp: int, dp: int, rev: str, parent: int, pipes: tuple[int, int, int],
                setsid_rank: str | None) -> None:
+    """An EngineCore process (engine_core.py EngineCore.run_engine): titled, starts its ranks, then waits for
+    work from the server (`pipes`: the ready pipe's two ends and the read end of the server's calls) while a
+    thread waits for a rank to die."""
+    os.close(pipes[0])
+    ready_w, inputs = pipes[1], pipes[2]
     _forked(rev, parent)
     manager = "AsyncIOProcManager(ModelRunner)"
     me = os.getpid()
@@ -210,20 +306,47 @@ def _core_main(dp_rank: int, tp: int, dp: int, rev: str, parent: int, ready_w: i
 
     signal.signal(signal.SIGTERM, on_term)
     _set_title(core_title(dp_rank, dp), rev)
+    broadcast: list[int] = []
     for tp_rank in range(tp):
         rank = Rank(dp_rank, tp_rank, tp, dp)
-        pid = os.fork()
-        if pid == 0:
-            try:
-                _rank_main(rank, rev, me, bool(setsid_rank) and rank.matches(setsid_rank or ""))
-            finally:
-                os._exit(1)
+        r, w = os.pipe()
+        pid = fork_process(AsyncIOProc, rank, rev, me, bool(setsid_rank) and rank.matches(setsid_rank or ""), r)
+        os.close(r)
         ranks[pid] = rank
+        broadcast.append(w)
     os.write(ready_w, (json.dumps({"dp_rank": dp_rank, "pid": me,
                                    "ranks": {str(p): r.title for p, r in ranks.items()}}) + "\n").encode())
     os.close(ready_w)
     monitor_procs(ranks, stopping, lambda: stop_runners(1), manager)
-    busy_loop()
+    core_busy_loop(inputs, broadcast)
+
+
+def core_busy_loop(inputs: int, broadcast: list[int]) -> None:
+    """engine_core.py EngineCore.busy_loop: take the server's next input and run a step of the model on every
+    rank (the broadcast queue), then wait for the ranks' output."""
+    while True:
+        line = pull_input(inputs)
+        func, _, arg = line.partition(" ")
+        if func == "hang":
+            step(broadcast, arg)
+
+
+def pull_input(fd: int) -> str:
+    """The input socket: one line from the server; after the server is gone it waits forever (the pin's orphan
+    EngineCore blocks on its input queue)."""
+    line = _read_line(fd)
+    return wait_forever() if line is None else line
+
+
+def step(broadcast: list[int], hung: str) -> None:
+    for fd in broadcast:
+        os.write(fd, f"execute_model {hung}\n".encode())
+    get_output()
+
+
+def get_output() -> str:
+    """The ranks' output (rank 0's socket): with a rank stuck in its collective it never comes."""
+    return wait_forever()
 
 
 def _reap(ranks: dict[int, Rank], block: bool) -> tuple[int, int] | None:
@@ -273,23 +396,21 @@ class EngineTree:
         self.ranks: dict[int, str] = {}          # pid -> title (TP3, DP1TP0)
         self.closing = False
         self._ready: list[int] = []
+        self._inputs: dict[int, int] = {}        # dp rank -> the write end of its EngineCore's input
         _current.append(self)
 
     def start_core(self, dp_rank: int) -> int:
         """CoreManager: one EngineCore process for this DP rank (it starts its ranks itself)."""
         r, w = os.pipe()
+        ir, iw = os.pipe()
         for stream in (sys.stdout, sys.stderr):  # nothing buffered may be written twice
             with contextlib.suppress(ValueError, OSError):
                 stream.flush()
-        parent = os.getpid()
-        pid = os.fork()
-        if pid == 0:
-            os.close(r)
-            try:
-                _core_main(dp_rank, self.tp, self.dp, self.rev, parent, w, self.setsid_rank)
-            finally:
-                os._exit(1)
+        pid = fork_process(run_engine, dp_rank, self.tp, self.dp, self.rev, os.getpid(), (r, w, ir),
+                           self.setsid_rank)
         os.close(w)
+        os.close(ir)
+        self._inputs[dp_rank] = iw
         self.cores[pid] = dp_rank
         self._ready.append(r)
         return pid
@@ -316,6 +437,16 @@ class EngineTree:
             tp_rank = int(title[title.index("TP") + 2:])
             if Rank(dp_rank, tp_rank, self.tp, self.dp).matches(spec):
                 return pid
+        return None
+
+    def hang(self, spec: str) -> str | None:
+        """``ATOMSIM_RANK_HANG``: the next step of the named rank's EngineCore never finishes (that rank blocks in a
+        receive, the others in the collective). Returns the rank's title, or None if no rank has that name."""
+        for title in self.ranks.values():
+            dp_rank = int(title[2:title.index("TP")]) if title.startswith("DP") else 0
+            if Rank(dp_rank, int(title[title.index("TP") + 2:]), self.tp, self.dp).matches(spec):
+                os.write(self._inputs[dp_rank], f"hang {title}\n".encode())
+                return title
         return None
 
     def watch(self, on_died: Callable[[int, int], None]) -> None:

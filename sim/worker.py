@@ -235,6 +235,8 @@ class Worker:
             self._tasks.append(loop.create_task(self.crash_later(self.faults.crash_after)))
         if self.faults.stall_after is not None:
             self._tasks.append(loop.create_task(self.stall_later(self.faults.stall_after)))
+        if self.faults.hang_after is not None:
+            self._tasks.append(loop.create_task(self.hang_later(self.faults.hang_after)))
         if self.faults.freeze_after is not None:
             self._tasks.append(loop.create_task(freeze_later(self.faults.freeze_after)))
 
@@ -265,6 +267,18 @@ class Worker:
     async def stall_later(self, seconds: float) -> None:
         """``ATOMSIM_STALL_AFTER``: the engines stop producing tokens; HTTP (and /health) still answers."""
         await asyncio.sleep(max(0.0, seconds))
+        self.service.sched.stall()
+
+    async def hang_later(self, seconds: float) -> None:
+        """``ATOMSIM_HANG_AFTER``: one rank never arrives at its collective (a hung RCCL peer, a GPU that stopped
+        answering): it blocks in a receive, the other ranks of its EngineCore wait for it in the all-reduce, the
+        EngineCore waits for their output, and the engines make no more tokens. Nothing is logged, as nothing is
+        when a real collective hangs; HTTP and /health still answer."""
+        await asyncio.sleep(max(0.0, seconds))
+        if self.tree.hang(self.faults.hang_rank) is None:
+            atomlog.err(f"atomsim: ATOMSIM_HANG_RANK {self.faults.hang_rank!r} names no rank of this worker "
+                        f"({', '.join(sorted(self.tree.ranks.values()))})")
+            return
         self.service.sched.stall()
 
     async def flood(self, rate: float) -> None:

@@ -9,7 +9,7 @@ import signal
 import time
 from pathlib import Path
 
-from .simhelpers import assert_in_order, wait_http
+from .simhelpers import assert_in_order, http, wait_http
 
 
 def tree(root: int) -> dict[int, dict]:
@@ -90,8 +90,8 @@ def test_sigterm_ends_the_whole_tree_cleanly(spawn):
     assert w.wait_exit(10) == 0
     assert tree(w.pid) == {}
     text = w.text()
-    for r in range(4):
-        assert f"Model Runner{r}/4: received signal 15 (SIGTERM), exiting..." in text
+    # each rank logs its own line (one that is not scheduled within its EngineCore's 1 s is SIGKILLed, as in ATOM)
+    assert any(f"Model Runner{r}/4: received signal 15 (SIGTERM), exiting..." in text for r in range(4)), text
     assert "AsyncIOProcManager(ModelRunner): received signal 15 (SIGTERM), exiting..." in text
 
 
@@ -166,3 +166,29 @@ def _live(pid: int) -> bool:
     except OSError:
         return False
     return state[state.rfind(")") + 2] not in "ZX"
+
+
+def test_a_hung_rank_blocks_in_a_receive_and_its_peers_in_the_collective(spawn):
+    """ATOMSIM_HANG_AFTER: the hung rank waits in a socket receive, its peers and their EngineCore in pipe reads
+    (the kernel's wait channel tells them apart), the engine makes no tokens, /health answers."""
+    w = spawn.worker("hang", "127.0.38.8", 8010, None, tp=4, ATOMSIM_HANG_AFTER="0.2", ATOMSIM_HANG_RANK="TP3")
+    wait_http("http://127.0.38.8:8010/health", proc=w)
+    t = wait_tree(w.pid, 6)
+    (core,) = children(t, w.pid)
+    ranks = {t[p]["cmdline"]: p for p in children(t, core)}
+
+    def wchan(pid: int) -> str:
+        return Path(f"/proc/{pid}/wchan").read_text()
+
+    deadline = time.monotonic() + 10
+    while "unix_stream" not in wchan(ranks["ATOM::TP3"]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert "unix_stream" in wchan(ranks["ATOM::TP3"]), wchan(ranks["ATOM::TP3"])
+    assert all("pipe" in wchan(ranks[f"ATOM::TP{r}"]) for r in range(3)), [wchan(ranks[f"ATOM::TP{r}"]) for r in range(3)]
+    assert wait_http("http://127.0.38.8:8010/health", proc=w) is None  # still answers
+    try:
+        http("POST", "http://127.0.38.8:8010/v1/completions", {"model": "deepseek-ai/DeepSeek-V4-Pro", "prompt": "hi",
+                                                                 "max_tokens": 4}, timeout=1.5)
+        raise AssertionError("a completion finished on a hung engine")
+    except OSError:  # the engine makes no tokens: the request waits (urllib's timeout)
+        pass
