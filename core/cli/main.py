@@ -100,6 +100,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .drill_verbs import add_parser as add_drill
 
     add_drill(sub)
+    from .forensics_verbs import add_parser as add_snapshot
+
+    add_snapshot(sub)
 
     p = sub.add_parser("tui", help="open the console")
     p.add_argument("--cluster", "-c", default=None)
@@ -134,6 +137,8 @@ def main(argv: list[str] | None = None) -> int:
             from . import measure_verbs as verbs  # type: ignore[no-redef]
         elif args.cmd == "drill":
             from . import drill_verbs as verbs  # type: ignore[no-redef]
+        elif args.cmd == "snapshot":
+            from . import forensics_verbs as verbs  # type: ignore[no-redef]
         else:
             from . import run_verbs as verbs  # type: ignore[no-redef]
         return getattr(verbs, f"cmd_{args.cmd}")(args)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import posixpath
 import subprocess
 import time
 from collections.abc import AsyncIterator
@@ -319,6 +320,22 @@ class SlurmLauncher(NodeSteps, LauncherBase):
     async def node_run(self, node: str, argv: list[str], timeout: float = 60):
         """A short command on a node: an `srun --overlap` step in the holding job."""
         return await self.runner.run(self._srun(node, "atomdeck-cmd", argv, output=None), timeout=timeout)
+
+    async def put_file(self, node: str, src: str, dest: str, mode: int = 0o755) -> None:
+        """Slurm's own file broadcast: `sbcast` to the job's nodes, run where Slurm commands run (through a login
+        host, the file goes there first over SFTP). The destination directory is made on the node first."""
+        if not self.job_id:
+            raise AtomdeckError("no Slurm job holds this run's nodes: nothing to copy a file to")
+        made = await self.node_run(node, ["mkdir", "-p", posixpath.dirname(dest)], timeout=60)
+        if not made.ok:
+            raise AtomdeckError(f"{node}: cannot make {posixpath.dirname(dest)}: {made.explain()}")
+        source = src
+        if not isinstance(self.runner, LocalRunner):
+            source = f"/tmp/atomdeck-sbcast-{self.run_id}-{posixpath.basename(src)}"
+            await self.runner.put(src, source, mode)
+        res = await self.runner.run(["sbcast", "-f", "-p", "-j", str(self.job_id), source, dest], timeout=120)
+        if not res.ok:
+            raise AtomdeckError(f"sbcast of {src} to {dest} on the nodes of job {self.job_id} failed: {res.explain()}")
 
     async def release(self, nodes: list[str] | None = None) -> list[str]:
         """Verify no process of the run is left on any node (the sweep), then cancel the holding job (if ours)

@@ -292,6 +292,10 @@ class SshLauncher(LauncherBase):
     async def node_run(self, node: str, argv: list[str], timeout: float = 60):
         return await self.shell(node).run(argv, timeout=timeout)
 
+    async def put_file(self, node: str, src: str, dest: str, mode: int = 0o755) -> None:
+        """Over SFTP on the node's pooled SSH connection."""
+        await self.runner(node).put(src, dest, mode)
+
     async def release(self, nodes: list[str] | None = None) -> list[str]:
         """Sweep every node of the run for leftovers of this run (by environment marker)."""
         out = []

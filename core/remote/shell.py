@@ -55,6 +55,11 @@ class Runner:
         """A TCP connection from this runner's vantage point (probes use it)."""
         raise NotImplementedError
 
+    async def put(self, src: str, dest: str, mode: int = 0o755) -> None:
+        """Copy this machine's file `src` to `dest` where this runner runs (its directory made), whole or not
+        at all (written beside it, then renamed)."""
+        raise NotImplementedError
+
     async def close(self) -> None:
         return None
 
@@ -109,9 +114,23 @@ class LocalRunner(Runner):
     async def open_connection(self, host: str, port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         return await asyncio.open_connection(host, port)
 
+    async def put(self, src: str, dest: str, mode: int = 0o755) -> None:
+        if os.path.abspath(src) == os.path.abspath(dest):
+            return
+        await asyncio.to_thread(_copy_whole, src, dest, mode)
 
 def _kill_group(pid: int) -> None:
     try:
         os.killpg(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def _copy_whole(src: str, dest: str, mode: int) -> None:
+    import shutil
+
+    os.makedirs(os.path.dirname(dest) or ".", exist_ok=True)
+    tmp = f"{dest}.{os.getpid()}.part"
+    shutil.copyfile(src, tmp)
+    os.chmod(tmp, mode)
+    os.replace(tmp, dest)

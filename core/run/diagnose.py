@@ -35,6 +35,11 @@ def _ago(t: float, now: float) -> str:
 _OWN_CHECKS = re.compile(r'"GET /(?:health|metrics|readiness|workers|kv_transfer_info|v1/models) HTTP')
 
 
+def own_check(line: str) -> bool:
+    """An access-log line of atomdeck's own checks (it says nothing about the process)."""
+    return bool(_OWN_CHECKS.search(line))
+
+
 def _last(p: ProcState) -> str:
     for line in reversed(p.errors or []):
         return line.strip()[:160]

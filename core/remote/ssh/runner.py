@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import posixpath
 import shlex
 import signal
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
@@ -185,6 +186,17 @@ class SshRunner(Runner):
         except (asyncssh.DisconnectError, asyncssh.ConnectionLost, OSError) as exc:
             raise entry.lost_error(exc, f"opening {host}:{port}") from None
         return cast(asyncio.StreamReader, reader), cast(asyncio.StreamWriter, writer)
+
+    async def put(self, src: str, dest: str, mode: int = 0o755) -> None:
+        """Over SFTP on the pooled connection: written beside `dest`, then renamed (no half file is ever used)."""
+        conn = await self.connection.get()
+        part = f"{dest}.part"
+        with _mapped(self.connection, f"copying {src} to {self.where}:{dest}"):
+            async with conn.start_sftp_client() as sftp:
+                await sftp.makedirs(posixpath.dirname(dest) or ".", exist_ok=True)
+                await sftp.put(src, part)
+                await sftp.chmod(part, mode)
+                await sftp.posix_rename(part, dest)
 
     async def close(self) -> None:
         """Give back this runner's share of the pooled connection (closed when nobody uses it)."""
