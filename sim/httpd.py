@@ -16,8 +16,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 REASONS = {
-    200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 408: "Request Timeout",
-    411: "Length Required", 413: "Payload Too Large", 422: "Unprocessable Entity",
+    200: "OK", 202: "Accepted", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 408: "Request Timeout",
+    411: "Length Required", 413: "Payload Too Large", 415: "Unsupported Media Type", 422: "Unprocessable Entity",
     429: "Too Many Requests", 500: "Internal Server Error", 502: "Bad Gateway",
     503: "Service Unavailable", 504: "Gateway Timeout",
 }

@@ -15,37 +15,13 @@ import json
 import random
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
-from typing import Any
 
 from . import atomlog, httpd
 from .httpd import ClientError, Response, json_response
+from .router_registry import Registry, WorkerEntry
 
 RETRYABLE = {408, 429, 500, 502, 503, 504}
 TARGET = "mesh::routers::http_pd_router"
-
-
-@dataclass
-class WorkerEntry:
-    url: str
-    worker_type: str                     # "prefill" | "decode" | "regular"
-    bootstrap_port: int | None = None
-    id: str = field(default_factory=lambda: str(uuid.uuid4()))
-    healthy: bool = False
-    load: int = 0
-    model_id: str = "unknown"
-    tp_size: int | None = None
-    dp_size: int | None = None
-
-    def info(self) -> dict[str, Any]:
-        data: dict[str, Any] = {
-            "id": self.id, "url": self.url, "model_id": self.model_id, "priority": 50, "cost": 1.0,
-            "worker_type": self.worker_type, "is_healthy": self.healthy, "load": self.load,
-            "connection_mode": "http",
-        }
-        if self.worker_type == "prefill":
-            data["bootstrap_port"] = self.bootstrap_port
-        return data
 
 
 def policy_debug(name: str, a) -> str:
@@ -86,7 +62,10 @@ class Policy:
 
 
 def error_response(status: int, code: str, message: str) -> Response:
-    return json_response({"error": {"message": message, "type": code, "code": status}}, status)
+    """routers/comm/error.rs ``create_error``: the reason phrase as ``type``, the code also in a header."""
+    response = json_response({"error": {"type": httpd.reason(status), "code": code, "message": message}}, status)
+    response.headers["X-Mesh-Error-Code"] = code
+    return response
 
 
 def status_text(status: int) -> str:
@@ -102,10 +81,10 @@ def request_text(body: dict) -> str:
 class Relay:
     """Routes one client request, with retries."""
 
-    def __init__(self, args, workers: list[WorkerEntry], tp_sizes: dict[str, int], mesh=None):
+    def __init__(self, args, registry: Registry, tp_sizes: dict[str, int], mesh=None):
         self.args = args
         self.mesh = mesh
-        self.workers = workers
+        self.registry = registry
         self.tp_sizes = tp_sizes
         self.prefill_policy = Policy(args.prefill_policy or args.policy)
         self.decode_policy = Policy(args.decode_policy or args.policy)
@@ -122,7 +101,8 @@ class Relay:
             self.mesh.worker_errors.labels(worker.url, kind).inc()
 
     def of_type(self, kind: str) -> list[WorkerEntry]:
-        return [w for w in self.workers if w.worker_type == kind]
+        """Workers are looked up in the registry at each attempt: a removed one gets no new request."""
+        return self.registry.of_type(kind)
 
     async def route(self, route: str, body: dict) -> Response:
         attempts = 1 if self.args.disable_retries else self.args.retry_max_retries + 1
@@ -154,15 +134,27 @@ class Relay:
             return error_response(503, "no_prefill_servers", "No prefill servers available")
         if decode is None:
             return error_response(503, "no_decode_servers", "No decode servers available")
-        if self.args.backend != "atom":
-            return await self.dual_dispatch(route, body, prefill, decode)
+        # http_pd_router.rs: a non-streamed request holds both workers' WorkerLoadGuard from before the
+        # prefill call until its answer is read; a stream takes both guards when the decode's stream
+        # begins and keeps them until it ends (create_streaming_response), none during its prefill
+        held = () if body.get("stream") else (prefill, decode)
+        for w in held:
+            w.acquire()
+        try:
+            if self.args.backend != "atom":
+                return await self.dual_dispatch(route, body, prefill, decode)
+            return await self.atom_relay(route, body, prefill, decode)
+        finally:
+            for w in held:
+                w.release()
+
+    async def atom_relay(self, route: str, body: dict, prefill: WorkerEntry, decode: WorkerEntry) -> Response:
         transfer_id = f"xfer-{uuid.uuid4()}"
         prefill_body = {k: v for k, v in body.items() if k != "stream_options"}
         prefill_body.update({"kv_transfer_params": {"do_remote_decode": True, "do_remote_prefill": False},
                              "stream": False, "max_tokens": 1, "return_token_ids": True})
         if "max_completion_tokens" in prefill_body:
             prefill_body["max_completion_tokens"] = 1
-        prefill.load += 1
         try:
             answer = await httpd.request("POST", prefill.url + route, prefill_body, timeout=self.timeout)
             self.upstream(answer.status)
@@ -170,8 +162,6 @@ class Relay:
             self.worker_error(prefill, e)
             atomlog.rust("error", TARGET, f"ATOM prefill {prefill.url} request_id={transfer_id} failed: {e}")
             return error_response(502, "prefill_server_error", f"Prefill server error: {e}")
-        finally:
-            prefill.load -= 1
         if not 200 <= answer.status < 300:
             atomlog.rust("error", TARGET, f"ATOM prefill {prefill.url} request_id={transfer_id} "
                                           f"status={status_text(answer.status)} body={answer.text()}")
@@ -189,13 +179,22 @@ class Relay:
                                           f"response missing kv_transfer_params")
             return error_response(502, "prefill_missing_kv_transfer_params",
                                   "Prefill response missing kv_transfer_params")
+        tp = self.tp_sizes.get(prefill.url)
+        if tp is None:
+            # placement/backend/atom.rs enrich_decode_kv: tp_size is known only for the prefills the router
+            # queried at startup (fetch_atom_prefill_info); a prefill added later through POST /workers has none
+            why = f"tp_size missing for prefill {prefill.url}"
+            atomlog.rust("error", TARGET, f"ATOM enrich_decode_kv failed for prefill {prefill.url} "
+                                          f"request_id={transfer_id}: {why}")
+            return error_response(500, "enrich_decode_kv_failed", f"Failed to enrich decode kv: {why}")
         kv["remote_dp_size"] = prefill.dp_size or 1
-        kv["remote_tp_size"] = self.tp_sizes.get(prefill.url, prefill.tp_size or 1)
+        kv["remote_tp_size"] = tp
         if isinstance(kv.get("dp_rank"), int):
             kv["remote_dp_rank"] = kv["dp_rank"]
         if isinstance(prefill_json.get("prompt_token_ids"), list) and prefill_json["prompt_token_ids"]:
             kv["prompt_token_ids"] = prefill_json["prompt_token_ids"]
-        return await self.forward(decode, route, {**body, "kv_transfer_params": kv}, pd=True)
+        return await self.forward(decode, route, {**body, "kv_transfer_params": kv}, pd=True,
+                                  attach=(prefill, decode))
 
     async def dual_dispatch(self, route: str, body: dict, prefill: WorkerEntry, decode: WorkerEntry) -> Response:
         """SGLang-style P/D: both workers get the request at once, with bootstrap fields."""
@@ -204,7 +203,7 @@ class Relay:
                  "bootstrap_room": random.getrandbits(63)}
         prefill_task = asyncio.ensure_future(
             httpd.request("POST", prefill.url + route, {**body, **extra, "stream": False}, timeout=self.timeout))
-        response = await self.forward(decode, route, {**body, **extra}, pd=True)
+        response = await self.forward(decode, route, {**body, **extra}, pd=True, attach=(prefill, decode))
         try:
             await prefill_task
         except ClientError as e:
@@ -217,17 +216,24 @@ class Relay:
         worker = self.policy.pick(self.of_type("regular"), request_text(body))
         if worker is None:
             return error_response(503, "no_available_workers", "No available workers (all circuits open or unhealthy)")
-        return await self.forward(worker, route, body, pd=False)
+        # http_router.rs: the load guard is taken only for these policies, and a stream keeps it to its end
+        guarded = self.policy.name in ("cache_aware", "manual", "dp_sticky")
+        if guarded:
+            worker.acquire()
+        response = await self.forward(worker, route, body, pd=False, held=(worker,) if guarded else ())
+        return response
 
-    async def forward(self, worker: WorkerEntry, route: str, body: dict, pd: bool) -> Response:
+    async def forward(self, worker: WorkerEntry, route: str, body: dict, pd: bool,
+                      attach: tuple[WorkerEntry, ...] = (), held: tuple[WorkerEntry, ...] = ()) -> Response:
+        """Send to `worker`. A stream counts `attach` as loaded while it flows; `held` (already counted by the
+        caller) are released when the answer ends, stream or not."""
         stream = bool(body.get("stream"))
-        worker.load += 1
         try:
             answer = await httpd.request("POST", worker.url + route, body, timeout=self.timeout, stream=True)
             self.upstream(answer.status)
         except ClientError as e:
             self.worker_error(worker, e)
-            worker.load -= 1
+            _release(held)
             if pd:
                 atomlog.rust("error", TARGET, f"ATOM decode request failed decode_url={worker.url} error={e}")
                 return error_response(502, "decode_server_error", f"Decode server error: {e}")
@@ -240,14 +246,16 @@ class Relay:
                 pass
             finally:
                 answer.close()
-                worker.load -= 1
+                _release(held)
             if pd:
                 atomlog.rust("error", TARGET,
                              f"ATOM decode {worker.url} returned error status={status_text(answer.status)}")
             return Response(answer.status, answer.body, answer.headers.get("content-type", "application/json"))
         content_type = answer.headers.get("content-type", "application/json")
         if stream:
-            return Response(answer.status, b"", content_type, self._passthrough(answer, worker))
+            for w in attach:
+                w.acquire()
+            return Response(answer.status, b"", content_type, self._passthrough(answer, worker, (*attach, *held)))
         try:
             data = await answer.read()
         except ClientError as e:
@@ -255,11 +263,12 @@ class Relay:
             return error_response(500, "read_response_failed", "Failed to read response")
         finally:
             answer.close()
-            worker.load -= 1
+            _release(held)
         return Response(answer.status, data, content_type)
 
     @staticmethod
-    async def _passthrough(answer: httpd.ClientResponse, worker: WorkerEntry) -> AsyncIterator[bytes]:
+    async def _passthrough(answer: httpd.ClientResponse, worker: WorkerEntry,
+                           guards: tuple[WorkerEntry, ...]) -> AsyncIterator[bytes]:
         try:
             assert answer.chunks is not None
             async for chunk in answer.chunks:
@@ -268,4 +277,9 @@ class Relay:
             atomlog.rust("error", TARGET, f"Stream from {worker.url} broke: {e}")
         finally:
             answer.close()
-            worker.load -= 1
+            _release(guards)
+
+
+def _release(workers: tuple[WorkerEntry, ...]) -> None:
+    for w in workers:
+        w.release()

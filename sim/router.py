@@ -17,11 +17,12 @@ from . import atomlog, httpd, metrics, simenv
 from .faults import ROUTER_STAGES, Faults, freeze_later, rust_error
 from .httpd import ClientError, HttpServer, Request, Response, json_response, text_response
 from .metrics import CONTENT_TYPE_LATEST
-from .relay import Relay, WorkerEntry, error_response, policy_debug
+from .relay import Relay, error_response, policy_debug
 from .router_args import clap_help, parse
+from .router_registry import Registry, WorkerEntry
+from .router_workers import Job, RouterHttpServer, WorkerService
 
 SERVER = "mesh::server"
-REGISTER = "mesh::core::steps::worker::local::detect_connection"
 
 
 def error_type(status: int) -> str:
@@ -52,11 +53,12 @@ class Router:
                              + [WorkerEntry(url, "decode") for url in args.decode])
         else:
             self.expected = [WorkerEntry(url, "regular") for url in args.worker_urls]
-        self.registry: list[WorkerEntry] = []
         self.tp_sizes: dict[str, int] = {}
         metrics.disable_created_series()
         self.mesh = metrics.MeshMetrics(args.prometheus_duration_buckets)
         self.model = args.model_path or "default"
+        self.registry = Registry(self.mesh)
+        self.service = WorkerService(args, self.registry)
         self.relay = Relay(args, self.registry, self.tp_sizes, self.mesh)
         self.http: HttpServer | None = None
         self.in_flight = 0
@@ -118,10 +120,14 @@ class Router:
                                      f"policy: {policy_debug(a.policy, a)} | max_payload: "
                                      f"{a.max_payload_size // (1024 * 1024)}MB")
         atomlog.rust("info", SERVER, f"Initializing workers for routing mode: {self.mode_debug()}")
+        self.service.start()
+        self.service.submit(Job("InitializeWorkersFromConfig", "startup",
+                                {"workers": self.service.startup_configs(self.expected)}))
         atomlog.rust("info", SERVER, "Worker initialization job submitted (will complete in background)")
-        await self.register_workers()
-        healthy = sum(1 for w in self.registry if w.healthy)
-        atomlog.rust("info", SERVER, f"Workers initialized: {len(self.registry)} total, {healthy} healthy")
+        await self.wait_for_workers()
+        workers = self.registry.all()
+        healthy = sum(1 for w in workers if w.healthy)
+        atomlog.rust("info", SERVER, f"Workers initialized: {len(workers)} total, {healthy} healthy")
         self.maybe_crash("workers")
         if a.pd_disaggregation and a.backend == "atom":
             await self.fetch_atom_prefill_info()
@@ -134,14 +140,15 @@ class Router:
             self._health_task = loop.create_task(self.health_checker())  # keep a reference
         if a.max_concurrent_requests == -1:
             atomlog.rust("info", SERVER, "Rate limiting is disabled (max_concurrent_requests = -1)")
-        atomlog.rust("info", SERVER, f"Router ready | workers: {atomlog.rust_list([w.url for w in self.registry])}")
+        urls = [w.url for w in self.registry.all()]
+        atomlog.rust("info", SERVER, f"Router ready | workers: {atomlog.rust_list(urls)}")
         self.maybe_crash("ready")
         if self.faults.never_bind:
             await asyncio.Event().wait()
         if self.faults.bind_delay:
             await asyncio.sleep(self.faults.bind_delay)
         atomlog.rust("info", SERVER, f"Starting server on {a.host}:{a.port}")
-        self.http = HttpServer(self.routes())
+        self.http = RouterHttpServer(self.routes(), self.service, self._measured)
         try:
             await self.http.start(self.faults.bind_host or self.bind_host, self.faults.bind_port or a.port)
         except OSError as e:
@@ -163,48 +170,36 @@ class Router:
             atomlog.rust("error", "mesh::observability::metrics",
                          f"Failed to start Prometheus exporter on {a.prometheus_host}:{a.prometheus_port}: {e}")
 
-    async def register_workers(self) -> None:
+    async def wait_for_workers(self) -> None:
+        """server.rs startup: the workers' AddWorker jobs run in the background; poll the registry every
+        500 ms until every configured URL is registered (head; the pin waits for the count only), for at
+        most --worker-startup-timeout-secs + 60 s."""
+        expected = [w.url for w in self.expected]
         start = time.monotonic()
-        deadline = start + self.args.worker_startup_timeout_secs
-        await asyncio.gather(*(self.register(w, deadline) for w in self.expected))
-        missing = [w.url for w in self.expected if w not in self.registry]
-        elapsed = atomlog.rust_duration(time.monotonic() - start)
-        if missing:
-            atomlog.rust("warn", SERVER, f"Timed out waiting for workers: {len(self.registry)} worker(s) registered, "
-                                         f"expected {len(self.expected)} endpoint(s), missing "
-                                         f"{atomlog.rust_list(missing)} after {elapsed}")
-        elif self.expected:
-            atomlog.rust("info", SERVER, f"All {len(self.expected)} expected worker endpoint(s) registered as "
-                                         f"{len(self.registry)} worker(s) (took {elapsed})")
-
-    async def register(self, worker: WorkerEntry, deadline: float) -> None:
-        url = worker.url.rstrip("/") + self.args.health_check_endpoint
-        attempt, delay = 0, 0.5
-        while True:
-            attempt += 1
-            try:
-                answer = await httpd.request("GET", url, timeout=self.args.health_check_timeout_secs)
-                if answer.status == 200:
-                    break
-                why = f"HTTP status {httpd.reason(answer.status)} ({answer.status})"
-            except ClientError as e:
-                why = str(e)
-            if time.monotonic() + delay > deadline:
-                atomlog.rust("error", REGISTER, f"Worker {worker.url} did not become healthy after {attempt} "
-                                                f"attempt(s): {why}")
+        max_wait = self.args.worker_startup_timeout_secs + 60
+        pin = simenv.atom_rev() == "pin"
+        while expected:
+            current = len(self.registry.workers)
+            registered = [w.url.rstrip("/") for w in self.registry.all()]
+            missing = [u for u in expected if not any(r == u.rstrip("/") or r.startswith(u.rstrip("/") + "@")
+                                                      for r in registered)]
+            elapsed = atomlog.rust_duration(time.monotonic() - start)
+            if current >= len(expected) and (pin or not missing):
+                atomlog.rust("info", SERVER, f"All {len(expected)} expected workers registered (took {elapsed})"
+                             if pin else f"All {len(expected)} expected worker endpoint(s) registered as {current} "
+                                         f"worker(s) (took {elapsed})")
                 return
-            atomlog.rust("warn", REGISTER, f"Health check failed for {worker.url} (attempt {attempt}): {why}; "
-                                           f"retrying in {delay:.1f}s")
-            await asyncio.sleep(delay)
-            delay = min(delay * 1.5, 2.0)
-        worker.healthy = True
-        self.registry.append(worker)
-        self.registry.sort(key=self.expected.index)     # keep the command line's order
-        atomlog.rust("info", "mesh::core::worker_manager",
-                     f"Registered {worker.worker_type} worker {worker.url} (id={worker.id})")
+            if time.monotonic() - start > max_wait:
+                waited = atomlog.rust_duration(max_wait)
+                atomlog.rust("warn", SERVER, f"Timed out waiting for workers: {current} of {len(expected)} "
+                                             f"registered after {waited}" if pin else
+                             f"Timed out waiting for workers: {current} worker(s) registered, expected "
+                             f"{len(expected)} endpoint(s), missing {atomlog.rust_list(missing)} after {waited}")
+                return
+            await asyncio.sleep(0.5)
 
     async def fetch_atom_prefill_info(self) -> None:
-        prefills = [w for w in self.registry if w.worker_type == "prefill"]
+        prefills = self.registry.of_type("prefill")
         if not prefills:
             rust_error("ATOM PD mode requires at least one prefill worker")
         for worker in prefills:
@@ -234,7 +229,7 @@ class Router:
             self.tp_sizes[worker.url] = tp
 
     async def fetch_vllm_bootstrap(self) -> None:
-        for worker in (w for w in self.registry if w.worker_type == "prefill"):
+        for worker in self.registry.of_type("prefill"):
             host = worker.url.split("://", 1)[-1].rsplit(":", 1)[0]
             addr = f"http://{host}:{worker.bootstrap_port or 8998}"
             atomlog.rust("info", "mesh::routers::http_pd_router", f"Querying vLLM prefill bootstrap: {addr}/query")
@@ -248,7 +243,7 @@ class Router:
     async def health_checker(self) -> None:
         while True:
             await asyncio.sleep(self.args.health_check_interval_secs)
-            for worker in list(self.registry):
+            for worker in self.registry.all():
                 try:
                     answer = await httpd.request("GET", worker.url + self.args.health_check_endpoint,
                                                  timeout=self.args.health_check_timeout_secs)
@@ -268,7 +263,8 @@ class Router:
             ("GET", "/health"): self.liveness,
             ("GET", "/liveness"): self.liveness,
             ("GET", "/readiness"): self.readiness,
-            ("GET", "/workers"): self.workers,
+            ("GET", "/workers"): self.service.list,
+            ("POST", "/workers"): self.service.create,
             ("GET", "/v1/models"): self.models,
             ("POST", "/v1/completions"): self.completions,
             ("POST", "/v1/chat/completions"): self.completions,
@@ -304,39 +300,32 @@ class Router:
             histogram.observe(time.monotonic() - started)
 
     async def metrics(self, _req: Request) -> Response:
+        # mesh_worker_requests_active follows each load change and mesh_worker_pool_size each register and
+        # removal (router_workers.py); health and circuit state are read here for the registered workers
         m = self.mesh
-        counts: dict[str, int] = {}
-        for w in self.registry:
-            counts[w.worker_type] = counts.get(w.worker_type, 0) + 1
-            m.worker_active.labels(w.url).set(w.load)
+        for w in self.registry.all():
             m.worker_health.labels(w.url).set(1 if w.healthy else 0)
             m.cb_state.labels(w.url).set(0)
-        for kind in ("prefill", "decode") if self.args.pd_disaggregation else ("regular",):
-            m.pool_size.labels(kind, "http", self.model).set(counts.get(kind, 0))
         return Response(200, m.render(), CONTENT_TYPE_LATEST)
 
     async def liveness(self, _req: Request) -> Response:
         return text_response("OK")
 
     async def readiness(self, _req: Request) -> Response:
-        healthy = [w for w in self.registry if w.healthy]
+        """observability/metrics/routes.rs readiness."""
+        workers = self.registry.all()
+        healthy = [w for w in workers if w.healthy]
         if self.args.pd_disaggregation:
             ready = any(w.worker_type == "prefill" for w in healthy) and any(w.worker_type == "decode" for w in healthy)
         else:
             ready = bool(healthy)
-        body = {"status": "ready" if ready else "not_ready", "healthy_workers": len(healthy),
-                "total_workers": len(self.registry)}
-        return json_response(body, 200 if ready else 503)
-
-    async def workers(self, _req: Request) -> Response:
-        counts = {kind: sum(1 for w in self.registry if w.worker_type == kind)
-                  for kind in ("prefill", "decode", "regular")}
-        return json_response({"workers": [w.info() for w in self.registry], "total": len(self.registry),
-                              "stats": {f"{k}_count": v for k, v in counts.items()}})
+        if ready:
+            return json_response({"status": "ready", "healthy_workers": len(healthy), "total_workers": len(workers)})
+        return json_response({"status": "not ready", "reason": "insufficient healthy workers"}, 503)
 
     async def models(self, _req: Request) -> Response:
         kind = "prefill" if self.args.pd_disaggregation else "regular"
-        workers = [w for w in self.registry if w.worker_type == kind]
+        workers = self.registry.of_type(kind)
         if not workers:
             return error_response(503, "no_prefill_servers", "No prefill servers available")
         try:

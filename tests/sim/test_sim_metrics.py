@@ -80,8 +80,9 @@ def test_worker_and_router_metrics_count_real_requests(spawn):
     assert total(m, "mesh_router_requests_total", streaming="true", backend_type="pd", endpoint="completions") == 1
     assert total(m, "mesh_router_upstream_responses_total", status_code="200") == 8, "a prefill and a decode each"
     assert total(m, "mesh_router_request_errors_total") == 0
-    assert value(m, "mesh_worker_pool_size", worker_type="prefill", connection_mode="http", model="default") == 1
-    assert value(m, "mesh_worker_pool_size", worker_type="decode", connection_mode="http", model="default") == 1
+    # the model label is each worker's model id, from its /v1/models (discover_metadata.rs, register.rs)
+    assert value(m, "mesh_worker_pool_size", worker_type="prefill", connection_mode="http", model=MODEL) == 1
+    assert value(m, "mesh_worker_pool_size", worker_type="decode", connection_mode="http", model=MODEL) == 1
     assert value(m, "mesh_worker_health", worker=f"http://{d_ip}:8020") == 1
     assert value(m, "mesh_worker_requests_active", worker=f"http://{p_ip}:8010") == 0
     assert total(m, "mesh_http_requests_total", path="/v1/completions") == 4
@@ -154,7 +155,7 @@ def test_router_metrics_listener_is_its_own_port(spawn):
     ip = "127.0.41.8"
     router = spawn.router("router", ip, 30000, [f"http://{ip}:8010"], [f"http://{ip}:8020"],
                           "--prometheus-port", "29177")
-    router.wait_line("Health check failed for", timeout=10)
+    router.wait_line("Worker initialization job submitted", timeout=10)
     assert port_open(ip, 29177), "the exporter listens before the workers are up, as AToMesh's does"
     m = scrape(f"http://{ip}:29177/metrics")
     assert total(m, "mesh_router_requests_total") == 0
