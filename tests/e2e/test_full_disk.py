@@ -50,6 +50,22 @@ def disk(tmp_path, monkeypatch):
                     asyncio.run(run.teardown(grace=1))
 
 
+# Ports of their own (other sessions on this machine bring the demo up on its default ports), none inside
+# 15000-17000 where Mooncake engines bind at random (as tests/measure/test_bench_local.py)
+PORTS = {"prefill_http": 18210, "decode_http": 18220, "router": 31310, "router_prometheus": 31410, "handshake": 14501}
+
+
+def recipe(where: Path) -> str:
+    """demo-1p1d on PORTS, as a recipe file (outside the tmpfs: it is read, not written)."""
+    import yaml
+    from atomdeck.core.config.paths import recipes_dir
+
+    doc = yaml.safe_load((recipes_dir() / "demo-1p1d.yaml").read_text()) | {"ports": PORTS}
+    path = where / "demo-1p1d.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return str(path)
+
+
 def atomdeck(env: dict, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "atomdeck.core.cli.main", *args], capture_output=True, text=True,
                           timeout=timeout, env=env)
@@ -62,9 +78,9 @@ def whole_lines(path: Path) -> list[dict]:
     return [json.loads(line) for line in data.decode().splitlines()]
 
 
-def test_status_bench_and_down_on_a_full_run_directory_then_everything_is_written_when_room_returns(disk):
+def test_status_bench_and_down_on_a_full_run_directory_then_everything_is_written_when_room_returns(disk, tmp_path):
     fs, env = disk
-    up = atomdeck(env, "up", "demo-1p1d", "--wait")
+    up = atomdeck(env, "up", recipe(tmp_path), "--wait")
     assert up.returncode == 0, up.stderr
     run_id = up.stdout.strip()
     rd = RunDir.find(run_id)
@@ -115,18 +131,18 @@ def test_status_bench_and_down_on_a_full_run_directory_then_everything_is_writte
     assert list((rd.path / "bench").glob("*.json")) and not spill.exists()
 
 
-def test_up_on_a_full_state_directory_launches_nothing_and_says_why(disk):
+def test_up_on_a_full_state_directory_launches_nothing_and_says_why(disk, tmp_path):
     fs, env = disk
     (fs / "state" / "atomdeck" / "runs").mkdir(parents=True)
     fill(fs)
-    up = atomdeck(env, "up", "demo-1p1d", "--wait")
+    up = atomdeck(env, "up", recipe(tmp_path), "--wait")
     assert up.returncode == 2, up.stdout + up.stderr
     assert "Traceback" not in up.stderr
     assert f"cannot make a run directory in {fs}/state/atomdeck/runs on the filesystem {fs} (tmpfs" in up.stderr
     assert "nothing was launched" in up.stderr and f"free space on {fs}" in up.stderr
     assert RunDir.all() == [] and not list((fs / "state" / "atomdeck" / "runs").iterdir())
     with socket.socket() as s:
-        assert s.connect_ex(("127.0.0.11", 8010)) != 0  # no prefill started
+        assert s.connect_ex(("127.0.0.11", PORTS["prefill_http"])) != 0  # no prefill started
 
 
 def test_the_event_log_never_ends_with_a_half_line_and_waits_in_order(disk, monkeypatch):
