@@ -8,13 +8,18 @@ import asyncio
 import json
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..measure.errors import MeasureInputError
 
 if TYPE_CHECKING:
-    from ..measure.sweep import StepResult
+    from ..measure.stats import RequestRecord
+    from ..measure.sweep import Live, StepResult
+
+FAILURES_SHOWN = 10  # failed requests of a step said one by one; the rest are counted, by reason
+HEARTBEAT_S = 10.0  # a bench that said nothing for this long says where it is (requests that hang say nothing)
 
 # The verbs import the run engine and aiohttp when they run, so `atomdeck --help` stays fast.
 
@@ -41,6 +46,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                    "(default 2)")
     p.add_argument("--endpoint", choices=("completions", "chat"), default=None, help="/v1/completions (default) "
                    "or /v1/chat/completions")
+    p.add_argument("--request-timeout", type=float, default=None, metavar="S",
+                   help="seconds one request may take, start to last byte, before it counts as failed (default 600)")
     p.add_argument("--json", action="store_true")
 
     p = sub.add_parser("compare", help="every bench step of the given runs in one table, per GPU")
@@ -64,6 +71,71 @@ def _step_line(t0: float, i: int, n: int, step: StepResult) -> str:
             f"TPOT p50 {s['median_tpot_ms']:.2f} ms, {s['duration']:.1f}s")
 
 
+class _Talk:
+    """What `bench` says on stderr while it runs: each failed request as it ends (the first FAILURES_SHOWN of a
+    step, then counted by reason), and, whenever nothing was said for HEARTBEAT_S, where the sweep is: the counts,
+    the requests in flight and how long the oldest has waited."""
+
+    def __init__(self, t0: float, steps: int, live: Live, request_timeout: float):
+        self.t0, self.steps, self.live, self.request_timeout = t0, steps, live, request_timeout
+        self.said = time.monotonic()
+        self.phase: tuple[str, int] = ("", -2)
+        self.shown = 0
+        self.unshown: Counter[str] = Counter()
+
+    def say(self, text: str) -> None:
+        print(f"[{time.time() - self.t0:6.1f}s] {text}", file=sys.stderr, flush=True)
+        self.said = time.monotonic()
+
+    def where(self) -> str:
+        lv = self.live
+        return "warm-up" if lv.phase == "warm-up" else f"step {lv.step + 1}/{self.steps} concurrency {lv.concurrency}"
+
+    def _same_phase(self) -> None:
+        now = (self.live.phase, self.live.step)
+        if now != self.phase:
+            self.phase, self.shown = now, 0
+            self.unshown.clear()
+
+    def failed(self, rec: RequestRecord) -> None:
+        self._same_phase()
+        if rec.success:
+            return
+        if self.shown < FAILURES_SHOWN:
+            self.shown += 1
+            self.say(f"{self.where()}: request {rec.index} FAILED after {rec.e2el:.1f}s: {rec.error}")
+        else:
+            self.unshown[rec.error] += 1
+
+    def more_failed(self) -> str:
+        if not self.unshown:
+            return ""
+        top = ", ".join(f"{n}x {e[:80]}" for e, n in self.unshown.most_common(2))
+        return f"; {sum(self.unshown.values())} more failed ({top})"
+
+    def step_done(self, i: int, n: int, step: StepResult) -> None:
+        self._same_phase()
+        more = self.more_failed()
+        self.unshown.clear()
+        if more:
+            self.say(f"{self.where()}{more}")
+        self.say(_step_line(self.t0, i, n, step).split("] ", 1)[1])
+
+    async def heartbeat(self) -> None:
+        while True:
+            await asyncio.sleep(1.0)
+            if time.monotonic() - self.said < HEARTBEAT_S:
+                continue
+            self._same_phase()
+            lv = self.live
+            flight = (f"{len(lv.in_flight)} in flight, the oldest for {lv.oldest():.0f}s" if lv.in_flight
+                      else "none in flight")
+            self.say(f"{self.where()}: {lv.done}/{lv.total} ok, {lv.failed} failed, {flight}{self.more_failed()}; "
+                     f"nothing finished for {time.monotonic() - lv.last_finished:.0f}s (a request gives up after "
+                     f"{self.request_timeout:g}s: --request-timeout)")
+            self.unshown.clear()
+
+
 def _table(results: list[dict]) -> str:
     lines = [f"{'CONC':>5} {'OK':>5} {'FAIL':>5} {'SHORT':>5} {'OUT TOK/S':>10} {'TOK/S/GPU':>10} {'TOK/S/USER':>10} "
              f"{'TTFT p50':>9} {'TTFT p99':>9} {'TPOT p50':>9} {'ITL p50':>8} {'E2E p50':>9}"]
@@ -77,8 +149,10 @@ def _table(results: list[dict]) -> str:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     from ..measure.bench import bench, check_target, default_workload, target_of
+    from ..measure.sweep import REQUEST_TIMEOUT, Live
     from ..measure.workload import parse_concurrencies
     from ..run.run import Run
+    from .output import storage_notices, unsaved_notice
 
     try:
         concurrencies = parse_concurrencies(args.concurrency) if args.concurrency is not None else None
@@ -86,7 +160,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
             raise MeasureInputError(f"--dataset {args.dataset}: no such file")
     except MeasureInputError as e:
         return _fail(str(e))
+    timeout = args.request_timeout if args.request_timeout is not None else REQUEST_TIMEOUT
+    if timeout <= 0:
+        return _fail(f"--request-timeout must be more than 0 seconds, got {args.request_timeout:g}")
     run = Run.open(args.run)  # an unknown run is an AtomdeckError: main prints it, exit 2
+    storage_notices(run, args.json)
     workload = default_workload(run.recipe, isl=args.isl, osl=args.osl, concurrencies=concurrencies,
                                 num_prompts=args.num_prompts, random_range_ratio=args.random_range_ratio,
                                 seed=args.seed, dataset=args.dataset, request_rate=args.request_rate,
@@ -101,8 +179,15 @@ def cmd_bench(args: argparse.Namespace) -> int:
             print(f"bench {run.id} ({target.layout}, {target.gpus.total} GPUs) at {target.router}: {workload.key}, "
                   f"steps {','.join(map(str, workload.concurrencies))} x {workload.num_prompts} requests",
                   file=sys.stderr, flush=True)
-            return await bench(target, workload, checked=True,
-                               on_step=lambda i, s: print(_step_line(t0, i, n, s), file=sys.stderr, flush=True))
+            live = Live()
+            talk = _Talk(t0, n, live, timeout)
+            beat = asyncio.create_task(talk.heartbeat())
+            try:
+                return await bench(target, workload, checked=True, live=live, request_timeout=timeout,
+                                   on_record=lambda _p, rec: talk.failed(rec), on_warmup_record=talk.failed,
+                                   on_step=lambda i, s: talk.step_done(i, n, s))
+            finally:
+                beat.cancel()
         finally:
             await run.close()
 
@@ -110,6 +195,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
         report = asyncio.run(go())
     except MeasureInputError as e:
         return _fail(str(e))
+    finally:
+        unsaved_notice(run, args.json)
+    if report.save_problem:
+        print(f"atomdeck: {report.save_problem}", file=sys.stderr)
     if args.json:
         print(json.dumps({**report.to_json(), "saved": report.path}, indent=2))
     else:

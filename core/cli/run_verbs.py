@@ -16,7 +16,7 @@ from ..run.diagnose import diagnose
 from ..run.events import LIVE, Event, RunState, jsonable
 from ..run.run import Run
 from ..run.rundir import RunDir
-from .output import fail
+from .output import fail, storage_notices, unsaved_notice
 
 _QUIET_KINDS = {"cell"}
 
@@ -91,6 +91,7 @@ async def _up(ws, a, args) -> int:
 
     async def keep(run: Run) -> None:
         made.append(run)
+        storage_notices(run, as_json)
 
     try:
         run = await Run.launch(ws, a, job_id=args.job, progress=_launch_progress(t0), on_run=keep)
@@ -104,6 +105,7 @@ async def _up(ws, a, args) -> int:
         print(f"launched {len(run.handles)} processes; watch with `atomdeck status {run.id}`, "
               f"stop with `atomdeck down {run.id}`", file=sys.stderr)
         await run.close()
+        unsaved_notice(run, as_json)
         if as_json:
             print(json.dumps(up_json(run, run.state, waited=False), indent=2, default=str))
         return 0 if run.state.status != "failed" else 1
@@ -118,6 +120,7 @@ async def _up(ws, a, args) -> int:
         raise
     finally:
         await run.close()
+        unsaved_notice(run, as_json)
     if as_json:
         print(json.dumps(up_json(run, state, waited=True, timeout=timeout), indent=2, default=str))
     if state.status == "serving":
@@ -141,7 +144,9 @@ def status_json(run: Run, state: RunState) -> dict:
     return {"run": run.id, "meta": run.rd.meta(), "status": state.status, "readiness": state.readiness(),
             "diagnosis": state.diagnosis if state.status in ("failed", *LIVE) else d.headline,
             "details": d.details, "processes": jsonable(state.procs), "barrier": jsonable(state.cells),
-            "handshake": jsonable(state.pairs), "checks": jsonable(state.checks), "metrics": jsonable(state.metrics)}
+            "handshake": jsonable(state.pairs), "checks": jsonable(state.checks), "metrics": jsonable(state.metrics),
+            "storage": {"problems": dict(state.storage), "waiting": run.rd.waiting_words(),
+                        "unsaved": run.unsaved_words}}
 
 
 def status_text(run: Run, state: RunState) -> str:
@@ -176,7 +181,23 @@ def status_text(run: Run, state: RunState) -> str:
         for check in state.checks.values():
             ok = "ok" if check.ok else "FAIL" if check.ok is False else ".."
             lines.append(f"  {check.name:18} {ok}  {check.detail[:100]}")
+    lines += storage_lines(run, state)
     return "\n".join(lines)
+
+
+def storage_lines(run: Run, state: RunState) -> list[str]:
+    """Where nothing can be written (the run directory, a node's log directory), in full: said plainly, at the
+    end of the report, with what waits and where this session left it."""
+    if not state.storage and not run.unsaved_words:
+        return []
+    out = ["storage:"]
+    out += [f"  {words}" for words in state.storage.values()]
+    waiting = run.rd.waiting_words()
+    if run.unsaved_words:  # this session has ended its writes: where they are now
+        out.append(f"  {run.unsaved_words}")
+    elif waiting:
+        out.append(f"  waiting to be written: {waiting}")
+    return out
 
 
 def metrics_words(m: dict) -> str:
@@ -220,6 +241,8 @@ def cmd_watch(args: argparse.Namespace) -> int:
     else:
         print(f"watching {run.id}: {run.state.status}: {run.state.diagnosis or diagnose(run.state).headline} "
               f"(Ctrl-C to stop)", flush=True)
+        for words in run.state.storage.values():  # found when it was opened; later changes are events shown
+            print(f"[{time.strftime('%H:%M:%S')}] storage     {words}", flush=True)
     run.listeners.append(show)
 
     return _until_ctrl_c(run, run.watch(until=lambda s: s.status in ("stopped", "dirty")))
@@ -231,7 +254,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     async def go() -> RunState:
         try:
             if run.state.status not in ("stopped",):
-                return await run.refresh()
+                state = await run.refresh()
+                await run.check_log_space()  # a node's full log directory, named with the node and the path
+                return state
             return run.state
         finally:
             await run.close()
@@ -246,6 +271,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def cmd_logs(args: argparse.Namespace) -> int:
     run = Run.open(args.run)
+    storage_notices(run, getattr(args, "json", False))
     names = [args.process] if args.process else list(run.handles)
     for n in names:
         run.local_log(n)  # an unknown process name is a clear error, not a traceback
@@ -298,6 +324,8 @@ def _logs_json(run: Run, names: list[str], args: argparse.Namespace) -> int:
 def cmd_down(args: argparse.Namespace) -> int:
     run = Run.open(args.run)
 
+    storage_notices(run, args.json)
+
     async def go():
         try:
             if not args.json:
@@ -307,8 +335,10 @@ def cmd_down(args: argparse.Namespace) -> int:
             await run.close()
 
     report = asyncio.run(go())
+    unsaved_notice(run, args.json)
     if args.json:
-        print(json.dumps({"run": run.id, **report.to_json()}, indent=2))
+        print(json.dumps({"run": run.id, **report.to_json(), "storage": {"problems": dict(run.state.storage),
+                                                                          "unsaved": run.unsaved_words}}, indent=2))
     else:
         print("\n".join(report.lines()))
     return 0 if report.clean else 1
@@ -374,4 +404,5 @@ def _until_ctrl_c(run: Run, work: Coroutine[Any, Any, Any]) -> int:
         asyncio.run(go())
     except KeyboardInterrupt:
         pass
+    unsaved_notice(run)
     return 0

@@ -154,6 +154,7 @@ class Launcher(Protocol):
     async def remove_containers(self, by_node: dict[str, list[str]]) -> list[tuple[bool, str]]: ...
     def probe_vantage(self, node: str) -> str: ...
     def probe_runner(self, node: str | None = None) -> Runner: ...
+    def log_runner(self, node: str) -> Runner: ...
     async def close(self) -> None: ...
 
 
@@ -321,6 +322,13 @@ class LauncherBase(abc.ABC):
 
     def probe_runner(self, node: str | None = None) -> Runner:
         """Where probes of node ports run from (here, or through an SSH connection)."""
+        from ..remote.shell import LocalRunner
+
+        return LocalRunner()
+
+    def log_runner(self, node: str) -> Runner:
+        """Where a command sees the filesystem a process's log is written to (here: local logs, a Slurm shared
+        directory mounted here; the login host: a shared directory this machine cannot see; the node: SSH)."""
         from ..remote.shell import LocalRunner
 
         return LocalRunner()

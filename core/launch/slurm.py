@@ -389,6 +389,9 @@ class SlurmLauncher(NodeSteps, LauncherBase):
     def probe_runner(self, node: str | None = None) -> Runner:
         return self.runner if not self.local_control else LocalRunner()
 
+    def log_runner(self, node: str) -> Runner:
+        return self.runner if not self.local_control else LocalRunner()  # srun --output files: the shared dir
+
     async def close(self) -> None:
         for t in self._watchers.values():
             t.cancel()

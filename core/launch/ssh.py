@@ -317,6 +317,9 @@ class SshLauncher(LauncherBase):
             return node  # the node's sshd opens the connection (direct-tcpip)
         return "this machine"
 
+    def log_runner(self, node: str) -> Runner:
+        return self.runner(node)  # the log is in remote_dir on the node
+
     def probe_runner(self, node: str | None = None) -> Runner:
         """Probes go through the node's own SSH connection (direct-tcpip) when nodes are reached through
         the login host, so a laptop outside the cluster network can still watch the barrier."""

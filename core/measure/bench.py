@@ -19,7 +19,7 @@ import aiohttp
 from .errors import MeasureInputError
 from .results import BenchReport, save
 from .stats import Gpus, RequestRecord
-from .sweep import Progress, StepResult, sweep
+from .sweep import REQUEST_TIMEOUT, Live, Progress, StepResult, sweep
 from .workload import DEFAULT_ISL, DEFAULT_NUM_PROMPTS, DEFAULT_OSL, Workload
 
 PROBE_TIMEOUT = 5.0
@@ -108,9 +108,12 @@ async def check_target(target: Target, workload: Workload) -> dict:
 
 async def bench(target: Target, workload: Workload,
                 on_record: Callable[[Progress, RequestRecord], None] | None = None,
-                on_step: Callable[[int, StepResult], None] | None = None, checked: bool = False) -> BenchReport:
+                on_step: Callable[[int, StepResult], None] | None = None, checked: bool = False,
+                live: Live | None = None, request_timeout: float = REQUEST_TIMEOUT,
+                on_warmup_record: Callable[[RequestRecord], None] | None = None) -> BenchReport:
     """Check (unless the caller just did), sweep, save. The report's `path` says where it was written
-    (also when a step failed)."""
+    (also when a step failed; `save_problem` when not in the run directory). `live`, `on_warmup_record`:
+    see `sweep`."""
     if not checked:
         await check_target(target, workload)
     report = BenchReport(run=target.run, layout=target.layout, model=target.model, gpus=target.gpus,
@@ -129,7 +132,7 @@ async def bench(target: Target, workload: Workload,
 
     try:
         await sweep(target.router, target.model, workload, target.gpus, on_record=on_record, on_step=step_done,
-                    on_warmup=warmed)
+                    on_warmup=warmed, live=live, request_timeout=request_timeout, on_warmup_record=on_warmup_record)
     finally:  # an interrupted bench still keeps the steps it finished
         report.finished = time.time()
         if steps:

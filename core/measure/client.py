@@ -103,7 +103,7 @@ async def stream_request(session: aiohttp.ClientSession, base_url: str, model: s
         rec.e2el = time.perf_counter() - start
         return rec
     except TimeoutError:
-        rec.error = "timed out"
+        rec.error = "timed out" + (" mid-stream" if rec.chunks else " with no token")  # (grouped by text)
         rec.e2el = time.perf_counter() - start
         return rec
     rec.success = True

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..config.storage import Unwritable, fix_words, private_dir, spill_root, unwritable
 from .stats import Gpus
 from .workload import Workload
 
@@ -37,6 +38,7 @@ class BenchReport:
     results: list[dict] = field(default_factory=list)
     warmup: dict = field(default_factory=dict)
     path: str | None = None  # where it was saved
+    save_problem: str = ""  # the run directory could not take it: why, where it went instead, what to do
 
     def to_json(self) -> dict:
         return {"run": self.run, "layout": self.layout, "model": self.model, "recipe": self.recipe,
@@ -66,8 +68,41 @@ def _write_private(path: Path, text: str) -> None:
 
 
 def save(run_dir: str | Path, report: BenchReport, steps: list[StepResult]) -> Path:
-    """Write the report and the raw records into <run_dir>/bench/; returns the report's path."""
-    d = Path(run_dir) / BENCH_DIR
+    """Write the report and the raw records into <run_dir>/bench/; returns the report's path. A run directory
+    that cannot take them (full, over quota, read-only) does not lose them: they go to the run's spill directory
+    ($TMPDIR/atomdeck-UID/unsaved/RUN/bench, read by `load_all` too) and `report.save_problem` says so."""
+    try:
+        return _save_in(Path(run_dir) / BENCH_DIR, report, steps)
+    except OSError as e:
+        if not unwritable(e):
+            raise
+        t = Unwritable.of(Path(run_dir), e)
+        elsewhere = _spilled(run_dir)  # where the run's other unsaved files wait: written back with them
+        if not private_dir(elsewhere.parent.parent):
+            raise
+        elsewhere.parent.mkdir(mode=0o700, exist_ok=True)
+        elsewhere.mkdir(mode=0o700, exist_ok=True)
+        path = _save_in(elsewhere, report, steps)
+        fix = fix_words(t.code, t.directory, t.mount)
+        report.save_problem = (f"the bench could not be saved in {t.where()} ({t.reason}); saved in {elsewhere} "
+                               f"instead (`atomdeck compare` finds it there); the next atomdeck that finds room in the "
+                               f"run directory moves it there. Fix: {fix}")
+        return path
+
+
+def _spilled(run_dir: str | Path) -> Path:
+    return spill_root() / Path(run_dir).name / "files" / BENCH_DIR
+
+
+def _remove(*paths: Path) -> None:
+    for p in paths:
+        try:
+            p.unlink()
+        except OSError:
+            pass
+
+
+def _save_in(d: Path, report: BenchReport, steps: list[StepResult]) -> Path:
     d.mkdir(mode=0o700, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(report.started))
     name, n = stamp, 1
@@ -75,20 +110,27 @@ def save(run_dir: str | Path, report: BenchReport, steps: list[StepResult]) -> P
         n += 1
         name = f"{stamp}-{n}"
     lines = [json.dumps({"max_concurrency": s.concurrency, **r.to_json()}) for s in steps for r in s.records]
-    _write_private(d / f"{name}.requests.jsonl", "".join(line + "\n" for line in lines))
     doc = report.to_json() | {"requests_file": f"{name}.requests.jsonl"}
     tmp = d / f".{name}.json.tmp"
-    _write_private(tmp, json.dumps(doc, indent=2))
-    os.replace(tmp, d / f"{name}.json")
+    try:
+        _write_private(d / f"{name}.requests.jsonl", "".join(line + "\n" for line in lines))
+        _write_private(tmp, json.dumps(doc, indent=2))
+        os.replace(tmp, d / f"{name}.json")
+    except OSError:  # nothing half-written is left (on a full disk it holds the last blocks)
+        _remove(tmp, d / f"{name}.requests.jsonl")
+        raise
     report.path = str(d / f"{name}.json")
     return d / f"{name}.json"
 
 
 def load_all(run_dir: str | Path) -> list[dict]:
-    """Every bench report of a run, oldest first (damaged files are skipped and named in 'damaged')."""
-    d = Path(run_dir) / BENCH_DIR
+    """Every bench report of a run, oldest first (damaged files are skipped and named in 'damaged'); also those
+    saved in the run's spill directory when the run directory could not take them."""
+    found = []
+    for d in (Path(run_dir) / BENCH_DIR, _spilled(run_dir)):
+        found += sorted(d.glob("*.json")) if d.is_dir() else []
     out = []
-    for p in sorted(d.glob("*.json")) if d.is_dir() else []:
+    for p in sorted(found, key=lambda p: p.name):
         try:
             doc = json.loads(p.read_text())
         except (OSError, ValueError):

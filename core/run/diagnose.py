@@ -132,7 +132,16 @@ def name_ranges(names: list[str]) -> str:
 
 
 def diagnose(s: RunState, now: float | None = None) -> Diagnosis:
-    """The most useful explanation of the run's current state."""
+    """The most useful explanation of the run's current state; a directory that cannot be written (the run
+    directory, a node's log directory) is added to it, in full in the details (the console's Why panel)."""
+    d = _diagnose(s, now)
+    if s.storage:
+        d.headline += "; cannot write " + ", ".join(f"the {k}" if k == "run directory" else k for k in s.storage)
+        d.details = [*d.details, *s.storage.values()]
+    return d
+
+
+def _diagnose(s: RunState, now: float | None = None) -> Diagnosis:
     now = now or time.time()
     if s.status in ("stopped", "stopping"):
         return Diagnosis(f"run {s.status}")

@@ -31,7 +31,7 @@ class Event:
     """One thing that happened. `kind` picks the part of the state it changes."""
 
     kind: str  # proc.started | proc.stage | proc.health | proc.exit | proc.line | cell | pair | check | run |
-    # teardown | conn | note | metrics
+    # teardown | conn | note | metrics | storage
     name: str = ""  # the subject: a process, "node:port", "prefill-0>decode-0", a check, a node
     value: str = ""  # the new stage/state/result
     detail: str = ""  # human words: why, the log line, the error
@@ -164,6 +164,8 @@ class RunState:
     notes: deque = field(default_factory=lambda: deque(maxlen=50))
     started: float = 0.0
     metrics: dict[str, dict] = field(default_factory=dict)  # endpoint -> latest values and rates
+    # where atomdeck or a process cannot write ("run directory", "NODE:PATH" of a log) -> why, since when, the fix
+    storage: dict[str, str] = field(default_factory=dict)
 
     def apply(self, e: Event) -> bool:
         """Fold one event in. Returns True when the visible state changed."""
@@ -291,6 +293,15 @@ class RunState:
         if old and old[0] == e.value and old[1] == e.detail:
             return False
         self.conns[e.name] = (e.value, e.detail, e.t)
+        return True
+
+    def _on_storage(self, e: Event) -> bool:
+        """value: unwritable (detail: the whole message) | ok (written again)."""
+        if e.value == "ok":
+            return self.storage.pop(e.name, None) is not None
+        if self.storage.get(e.name) == e.detail:
+            return False
+        self.storage[e.name] = e.detail
         return True
 
     def _on_note(self, e: Event) -> bool:

@@ -30,6 +30,7 @@ from .barrier import BarrierProber
 from .diagnose import diagnose
 from .events import Event, RunState, new_state, replay
 from .inuse import check_nodes_free
+from .logspace import LogSpace
 from .ports import check_ports_free
 from .rundir import RunDir, new_run_id
 from .runfiles import write_design, write_plan_files
@@ -37,7 +38,9 @@ from .watchers import Watchers, keep_going, raise_open_files_limit
 
 DEFAULT_GRACE = 10.0
 PERSIST = {"proc.started", "proc.stage", "proc.health", "proc.exit", "proc.error", "cell", "pair", "check", "run",
-           "teardown", "conn", "note"}
+           "teardown", "conn", "note", "storage"}
+STORAGE_TICK_S = 2.0  # while watching: write what waits in an unwritable run directory, or find it unwritable
+LOG_SPACE_EVERY = 5  # ticks between checks of the log directories where they live (a command per node)
 
 
 def make_launcher(cluster: Cluster, run_id: str, run_dir: str, meta: dict | None = None) -> Launcher:
@@ -102,6 +105,8 @@ class Run:
         self.listeners: list[Callable[[Event], None]] = []
         self.line_listeners: list[Callable[[str, str], None]] = []
         self.stopping = False
+        self.unsaved_words = ""  # set by close(): what could not be written to the run directory, and where it is
+        self._logspace: LogSpace | None = None
         self._unsaved: builtins.list[ProcHandle] = []  # started, their handle files not written yet
         self._saving: asyncio.Future | None = None  # writes them, then says they started
         self._changed = asyncio.Event()
@@ -112,7 +117,36 @@ class Run:
     async def watch(self, until: Callable[[RunState], bool] | None = None, timeout: float | None = None) -> RunState:
         """Watch every process, port and check until `until(state)` holds, the timeout passes, or cancelled."""
         raise_open_files_limit()
-        return await self.watchers.watch(until, timeout)
+        tick = asyncio.create_task(self._storage_tick(), name="storage")
+        try:
+            return await self.watchers.watch(until, timeout)
+        finally:
+            tick.cancel()
+
+    async def _storage_tick(self) -> None:
+        """Every STORAGE_TICK_S: write what waits (space may have come back while nothing was emitted), or
+        probe the directory, so the console says it cannot be written within seconds, also when all is quiet."""
+        n = 0
+        while True:
+            await asyncio.sleep(STORAGE_TICK_S)
+            self.check_storage()
+            n += 1
+            if n % LOG_SPACE_EVERY == 0:
+                await self.check_log_space()
+
+    async def check_log_space(self) -> None:
+        """The processes' log directories, where they live (core/run/logspace.py)."""
+        if self._logspace is None:
+            self._logspace = LogSpace(self)
+        await self._logspace.check()
+
+    def check_storage(self) -> None:
+        """Probe the run directory (or write what waits in it) and tell the state when that changed."""
+        try:
+            self.rd.probe()
+        except OSError:  # not a directory that is full or read-only: the next write says what it is
+            return
+        self.emit_many([])
 
     async def refresh(self) -> RunState:
         """One bounded pass of every watcher (for `atomdeck status`), health and metrics included."""
@@ -270,6 +304,7 @@ class Run:
         state = replay(_fresh_state(rd.id, plan, processes), rd.event_lines())
         run = cls(rd, recipe, cluster, plan, processes, launcher, state)
         run.stopping = state.status in ("stopping", "stopped", "dirty")
+        run.check_storage()  # a full directory is said by any session, also one with nothing to write
         run.handles = {h.name: h for h in rd.handles()}
         try:
             run.offsets = {k: int(v) for k, v in rd.read_json("offsets.json").items()}
@@ -303,6 +338,10 @@ class Run:
         write (a launch's 129 'started' were 129 opens and writes in the loop), then the listeners hear each."""
         changed = [e for e in events if self.state.apply(e)]
         self.rd.append_events([e for e in changed if e.kind in PERSIST])
+        news = self.rd.news(self.state)  # the directory could not take them (or takes them again): said once
+        if news is not None and self.state.apply(news):
+            self.rd.append_events([news])
+            changed.append(news)
         if changed:
             self._changed.set()
             for e in changed:
@@ -458,6 +497,7 @@ class Run:
 
     async def close(self) -> None:
         self.save_offsets()
+        self.unsaved_words = self.rd.close()  # what still waits goes where the next session finds it
         await self.launcher.close()
 
 

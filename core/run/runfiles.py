@@ -22,6 +22,7 @@ def write_design(rd: RunDir, plan: Plan) -> None:
                                      "router": sel.router, "overrides": sorted(plan.overrides)})
     rd.write_json("inventory.json", [{"name": n.name, "addr": n.addr, "states": n.states, "gpus": n.gpus,
                                       "partitions": n.partitions, "reason": n.reason} for n in plan.nodes])
+    rd.require_saved()  # (and run.json, written before): without them no later session finds the run
 
 
 def redacted_yaml(data: dict) -> str:
@@ -37,7 +38,9 @@ def redacted_yaml(data: dict) -> str:
 
 
 def write_plan_files(rd: RunDir, a: Assessment, processes: list[ProcessSpec]) -> None:
-    """plan.json and commands.sh, with the commands rendered for this run (its addresses, its log paths)."""
+    """plan.json and commands.sh, with the commands rendered for this run (its addresses, its log paths). For the
+    operator only (`Run.open` rebuilds the plan from the design): a directory that cannot take them now keeps them
+    waiting, and the launch goes on."""
     from ..design.export import export_script, plan_json
 
     shown = Assessment(a.recipe, a.cluster, a.selection, a.plan, processes, a.findings)

@@ -1,0 +1,33 @@
+"""`atomdeck bench` against requests that hang (issue 44: it printed its header, then nothing for 60 s): with the
+decode stalled (HTTP answers, no token comes), the bench says where it is while nothing finishes, prints each
+failed request with its reason as it ends, and ends its step with the failures counted."""
+
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+
+from .test_bench_local import _sim_speed, cli, runs, up  # noqa: F401  (fixtures)
+
+pytestmark = pytest.mark.slow
+
+
+def test_a_bench_of_hanging_requests_is_never_silent_and_ends_its_step(runs):  # noqa: F811
+    run = up(runs, decode__env={"ATOMSIM_STALL_AFTER": "2"})
+    time.sleep(3)  # the decode stalls: every request through the router now waits for tokens that never come
+    p = cli("bench", run.id, "--concurrency", "2", "--num-prompts", "3", "--isl", "32", "--osl", "4", "--warmup", "0",
+            "--request-timeout", "12")
+    assert "Traceback" not in p.stderr, p.stderr
+    assert p.returncode == 1, p.stderr
+    lines = p.stderr.splitlines()
+    beat = [i for i, x in enumerate(lines) if re.search(r"step 1/1 concurrency 2: 0/3 ok, 0 failed, 2 in flight, the "
+                                                        r"oldest for 1\ds; nothing finished for 1\ds", x)]
+    failed = [i for i, x in enumerate(lines) if re.search(r"step 1/1 concurrency 2: request \d FAILED after 1\d\.\ds: "
+                                                          r"timed out with no token", x)]
+    assert beat and len(failed) == 3, p.stderr
+    assert beat[0] < failed[0]  # said while nothing finished, before the first request gave up
+    assert "step 1/1 concurrency    2: 0/3 ok, 3 FAILED" in lines[-1] or any(
+        "step 1/1 concurrency    2: 0/3 ok, 3 FAILED" in x for x in lines), p.stderr
+    assert "NOT complete: concurrency 2: 3 failed" in p.stderr
