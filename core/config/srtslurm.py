@@ -220,6 +220,15 @@ def _engine(r: _Reader, schema: int, out: dict) -> tuple:
             out["mooncake"] = {"protocol": proto}
         elif proto is not None:
             r.error((*base, "mooncake_protocol"), f"must be rdma or tcp, got {proto!r}")
+    if isinstance(r.get(*base), dict) and r.has(*base, "mooncake_ib_device"):
+        device = r.take(*base, "mooncake_ib_device")
+        if isinstance(device, str) and device:
+            out.setdefault("mooncake", {})["ib_device"] = device
+            r.warn((*base, "mooncake_ib_device"),
+                   "carried as mooncake.ib_device (kv-transfer-config ib_device); no srt-slurm source that reads "
+                   "this key was found (atom.py at 1a749ed1 has none), so where srt-slurm puts it is not known")
+        else:
+            r.error((*base, "mooncake_ib_device"), f"must be an RDMA device name, got {device!r}")
     if isinstance(r.get(*base), dict) and r.has(*base, "enable_kv_events"):
         if r.take(*base, "enable_kv_events"):
             r.warn((*base, "enable_kv_events"), "not carried: KV events feed a KV-aware router (Infera); "

@@ -129,6 +129,8 @@ def _role_args(r: _Reader, item: _Role) -> dict[str, Any]:
 
 def _role_env(r: _Reader, item: _Role, glob: dict[str, str]) -> dict[str, str]:
     raw, path = item.env
+    if path:
+        r.take(*path)
     if raw is None:
         return {}
     if not isinstance(raw, dict):
@@ -136,10 +138,11 @@ def _role_env(r: _Reader, item: _Role, glob: dict[str, str]) -> dict[str, str]:
         return {}
     out = _env(r, path, raw)
     for k in list(out):
-        if k in glob and glob[k] != out[k]:
-            r.warn((*path, k), f"srt-slurm applies the global environment after the role's env, so the worker "
-                               f"gets {k}={glob[k]}; imported with that value")
-            out[k] = glob[k]
+        if k in glob:  # srt-slurm applies the global environment after the role's: the role's value never counts
+            if glob[k] != out[k]:
+                r.warn((*path, k), f"srt-slurm applies the global environment after the role's env, so the worker "
+                                   f"gets {k}={glob[k]} (from environment:), not {out[k]}")
+            del out[k]
     return out
 
 
