@@ -181,6 +181,7 @@ def _layout(r: _Reader, roles: dict[str, _Role], gpus_per_node: int | None, out:
         key = "aggregate" if name == "agg" else name
         spec: dict[str, Any] = {}
         workers = _checked(r, item.workers, "workers", 1)
+        gpus = _checked(r, item.gpus, "gpus", 1)
         nodes_raw, nodes_path = item.nodes
         if nodes_raw == "colocate" or (nodes_raw == 0 and name == "decode"):
             r.take(*nodes_path)
@@ -188,7 +189,6 @@ def _layout(r: _Reader, roles: dict[str, _Role], gpus_per_node: int | None, out:
                                 "give decode nodes of its own")
             continue
         nodes = _checked(r, item.nodes, "nodes", 1)
-        gpus = _checked(r, item.gpus, "gpus", 1)
         if workers is None or nodes is None:
             continue
         if gpus is None:
