@@ -1,4 +1,4 @@
-"""The headless CLI: plan, lint, nodes, up, status, watch, logs, down, runs, bench, compare; `--json` for scripts.
+"""The headless CLI: plan, lint, nodes, up, status, watch, logs, down, runs, bench, compare, import/export; `--json`.
 
 `atomdeck` with no arguments opens the console on the demo cluster.
 """
@@ -104,6 +104,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_snapshot(sub)
 
+    from .interop_verbs import add_parser as add_interop
+
+    add_interop(sub)
+
     p = sub.add_parser("tui", help="open the console")
     p.add_argument("--cluster", "-c", default=None)
     p.add_argument("--recipe", "-r", default=None)
@@ -139,6 +143,8 @@ def main(argv: list[str] | None = None) -> int:
             from . import drill_verbs as verbs  # type: ignore[no-redef]
         elif args.cmd == "snapshot":
             from . import forensics_verbs as verbs  # type: ignore[no-redef]
+        elif args.cmd in ("import", "export"):
+            from . import interop_verbs as verbs  # type: ignore[no-redef]
         else:
             from . import run_verbs as verbs  # type: ignore[no-redef]
         return getattr(verbs, f"cmd_{args.cmd}")(args)

@@ -182,9 +182,13 @@ class Recipe(_Strict):
     name: Annotated[str, Field(min_length=1)]
     description: str = ""
     engine: str = "atom"
+    engine_defaults: bool = Field(True, description="add the model catalog's and atomdeck's own engine flags and env; "
+                                  "false: each worker gets only the flags atomdeck owns plus its role's args "
+                                  "(srt-slurm's contract; `atomdeck import srt-slurm` sets it)")
     mode: Literal["disagg", "aggregate"] = "disagg"
     model: ModelSpec
     image: str | None = None
+    container_mounts: list[str] = Field(default_factory=list, description="extra container mounts SRC:DST[:FLAGS] (pyxis --container-mounts, docker -v)")
     env: dict[str, Any] = Field(default_factory=dict, description="environment for every process")
     mooncake: MooncakeSpec = Field(default_factory=MooncakeSpec)
     prefill: RoleSpec = Field(default_factory=RoleSpec)

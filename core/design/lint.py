@@ -151,7 +151,7 @@ def recipe_findings(recipe: Recipe, cluster: Cluster, catalog: Catalog | None) -
                                f"{role} workers use {spec.tp * spec.per_node} of {gpn} GPUs per node; "
                                f"{gpn - spec.tp * spec.per_node} stay idle", f"{key}.tp",
                                f"set {key}.tp to {gpn // spec.per_node}, or co-locate with {key}.per_node"))
-    if catalog is not None and not recipe.model.catalog:
+    if catalog is not None and not recipe.model.catalog and recipe.engine_defaults:  # false: no catalog is read
         entry_key, _ = catalog.lookup(recipe)
         if entry_key is None:
             out.append(Finding("model-catalog", "warning",

@@ -59,6 +59,8 @@ class Atom(EngineBase):
         o.set("--server-port", ep.http_port)
         if ep.engine_port is not None:
             o.set("--port", ep.engine_port)
+        if not r.engine_defaults:
+            return self._bare_options(plan, ep, o)
         o.set("--trust-remote-code")
         o.set("-tp", ep.tp)
         o.add_tokens(model.parallel_flags(ep.role, spec.dp_attention, spec.expert_parallel), "model catalog")
@@ -85,12 +87,23 @@ class Atom(EngineBase):
         o.add_recipe_args(spec.args, f"{'aggregate' if ep.role == 'worker' else ep.role}.args")
         return o
 
+    def _bare_options(self, plan: Plan, ep: Endpoint, o: Options) -> Options:
+        """engine_defaults: false: the flags atomdeck owns, then the role's args in their order, as srt-slurm's
+        ATOM backend builds a worker (src/srtctl/backends/atom.py): no catalog entry, no default of atomdeck's."""
+        o.set("-tp", ep.tp)
+        if ep.role in KV_ROLE:
+            o.set("--kv-transfer-config", compact_json(kv_transfer_config(plan, ep)))
+        spec = plan.recipe.role(ep.role)
+        o.add_recipe_args(spec.args, f"{'aggregate' if ep.role == 'worker' else ep.role}.args")
+        return o
+
     def env(self, plan: Plan, ep: Endpoint, model: ModelEntry) -> dict[str, str]:
         r = plan.recipe
         spec = r.role(ep.role)
         env = {"ATOM_HOST_IP": ep.host, "PYTHONUNBUFFERED": "1"}
-        env.update(model.env)
-        env.update(model.parallel_env(spec.dp_attention, spec.expert_parallel))
+        if r.engine_defaults:
+            env.update(model.env)
+            env.update(model.parallel_env(spec.dp_attention, spec.expert_parallel))
         if ep.gpus:
             env["HIP_VISIBLE_DEVICES"] = ",".join(str(g) for g in ep.gpus)
         env.update(plan.cluster.env)
