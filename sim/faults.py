@@ -142,7 +142,7 @@ def python_crash(frames: list[tuple[str, str, str]], exception: str, code: int) 
         lines.append(f"    {source}")
     lines.append(exception)
     atomlog.emit_many(lines, __import__("sys").stderr)
-    from .proctree import close_all  # the interpreter's exit runs CoreManager's finalizer: EngineCores closed
+    from .engine_tree import close_all  # the interpreter's exit runs CoreManager's finalizer: EngineCores closed
 
     close_all()
     atomlog.hard_exit(code)

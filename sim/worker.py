@@ -16,11 +16,11 @@ import sys
 import time
 
 from . import atomlog, simenv
+from .engine_tree import EngineTree
 from .faults import WORKER_STAGES, Faults, freeze_later, python_crash
 from .httpd import HttpServer, Request, reason
 from .kv import MooncakeConnector
 from .metrics import atom_metrics_enabled
-from .proctree import EngineTree
 from .serving import ServingConfig, WorkerService
 from .worker_args import build_parser, resolve_kv_config
 
