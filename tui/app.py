@@ -320,8 +320,7 @@ class ConsoleApp(App[int]):
         app is closing (timers and messages can still fire once the screen stack is empty)."""
         if not self.loaded:
             return None
-        from .run_control import can_draw
-        from .screens.base import DesignScreen
+        from .screens.base import DesignScreen, can_draw
 
         stack = self.screen_stack
         top = stack[-1] if stack else None

@@ -10,10 +10,10 @@ from ..core.config.errors import AtomdeckError
 from ..core.design.drills import aim, drilled, refuse_without_simulator
 
 if TYPE_CHECKING:
-    from .app import ConsoleApp
+    from .protocols import DrillHost
 
 
-def start_drill(app: ConsoleApp, drill: Drill) -> None:
+def start_drill(app: DrillHost, drill: Drill) -> None:
     """Put one simulator fault on the process it is about, say what to look for, then launch (asks)."""
     a = app.assessment
     try:

@@ -15,10 +15,11 @@ from collections.abc import Awaitable
 from typing import TYPE_CHECKING
 
 from rich.text import Text
-from textual.screen import ModalScreen, Screen
+from textual.screen import ModalScreen
 
 from ..core.design.lint import Assessment
 from .messages import RunUpdated
+from .screens.base import can_draw
 
 WATCH_AFTER_TEARDOWN_S = 1.0
 
@@ -26,16 +27,17 @@ if TYPE_CHECKING:
     from textual.worker import Worker
 
     from ..core.run.run import Run
-    from .app import ConsoleApp
     from .live import LiveRun
+    from .protocols import ControllerHost
     from .watch_client import WatchProcess
 
 
 class RunController:
     """The console's attached run (one at a time) and what is done to it. Owned by the App, which it
-    uses for screens, workers, notifications and messages."""
+    uses for screens, workers, notifications and messages (as protocols.ControllerHost: it never imports the
+    App); the run views use it as protocols.RunSide."""
 
-    def __init__(self, app: ConsoleApp) -> None:
+    def __init__(self, app: ControllerHost) -> None:
         self.app = app
         self.live: LiveRun | None = None
         self.launching = ""  # what the run view says while Run.launch works
@@ -351,7 +353,7 @@ class RunController:
         """Redraw the screens that show the run: the top screen, and the ones a dialog leaves visible
         below it (not a run view hidden under a full-screen log: redrawing it ten times a second would
         cost the log view its frames). The one guard against late pulses for every such screen: see
-        can_draw."""
+        screens.base.can_draw."""
         for screen in reversed(self.app.screen_stack):
             update = getattr(screen, "run_updated", None)
             if update is not None and can_draw(screen):
@@ -409,14 +411,6 @@ class RunController:
         """However the console ends, its watcher process ends with it (the run does not)."""
         if self._watcher is not None:
             await self._stop_watch()
-
-
-def can_draw(screen: Screen) -> bool:
-    """A pulse is handled by the app's loop, which waits for no screen: a screen just pushed is on the
-    stack before it is composed and mounted (its on_mount loads what it shows), and while the app quits
-    (exit, or a test's shutdown) its screens are taken apart, children first, with pulses still coming.
-    Such a screen is not drawn: mounted, its own loop running, and the app neither exiting nor shut down."""
-    return screen.is_mounted and screen.is_running and screen.is_attached and screen.app.is_running
 
 
 def _preflight_text(findings: list) -> Text:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from ..config.catalog import Catalog
 from ..config.cluster import Cluster
+from ..config.errors import AtomdeckError
 from ..config.recipe import Recipe, RoleSpec
 from ..engines import ENGINES, FRONTENDS, known
 from ..engines.args import canonical
@@ -48,6 +49,13 @@ class Assessment:
 
     def errors(self) -> list[Finding]:
         return [f for f in self.findings if f.severity == "error"]
+
+    def launchable(self) -> Plan:
+        """The plan to launch; raises naming every error when there is no plan or it has errors."""
+        if self.plan is None or not self.ok:
+            errs = "; ".join(f"{f.rule}: {f.message}" for f in self.errors()) or "no plan"
+            raise AtomdeckError(f"the plan has errors, nothing was launched: {errs}")
+        return self.plan
 
 
 def assess(recipe: Recipe, cluster: Cluster, inventory: list[Node], nodes: list[str] | None = None,

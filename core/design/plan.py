@@ -350,6 +350,14 @@ def build_plan(recipe: Recipe, cluster: Cluster, inventory: list[Node], selectio
                 barrier_for(recipe, tuple(endpoints), router, selection, host_of), frozenset(overrides))
 
 
+def with_node_ips(plan: Plan, node_ips: Mapping[str, str] | None) -> Plan:
+    """The plan laid out again with the addresses pre-flight learned from the nodes (ATOM_HOST_IP, proxy_ip,
+    the URLs); the same plan when pre-flight learned none."""
+    if not node_ips:
+        return plan
+    return build_plan(plan.recipe, plan.cluster, list(plan.nodes), plan.selection, plan.overrides, node_ips)
+
+
 def barrier_for(recipe: Recipe, endpoints: tuple[Endpoint, ...], router: RouterPlacement, selection: Selection,
                 host_of) -> tuple[BarrierCell, ...]:
     """Exactly the (node, port) pairs each role opens: never a prefill port on a decode node."""

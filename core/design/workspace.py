@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,9 +17,10 @@ from ..config.cluster import Cluster, load_cluster
 from ..config.errors import AtomdeckError
 from ..config.paths import catalog_path, find_cluster, find_recipe, sim_shim_dir
 from ..config.recipe import Recipe, load_recipe
-from .commands import LaunchContext, SimRuntime
+from .commands import LaunchContext, ProcessSpec, SimRuntime, render
 from .inventory import Node
 from .lint import Assessment, assess
+from .plan import Plan
 
 
 @dataclass
@@ -63,6 +65,14 @@ def default_context(cluster: Cluster, **kw) -> LaunchContext:
     user = os.environ.get("USER") or os.environ.get("LOGNAME") or "atomdeck"
     login = cluster.login.host if cluster.login and cluster.launcher == "ssh" and cluster.ssh.via_login else None
     return LaunchContext(user=user, sim=sim_runtime(cluster), login=login, **kw)
+
+
+def render_for_run(plan: Plan, catalog: Catalog | None, run_id: str, job_id: str | None, log_dir: str,
+                   nic: Mapping[str, str] | None = None) -> list[ProcessSpec]:
+    """Every process of the plan as run `run_id` starts it (a launch) or started it (a reattach: no catalog): its
+    run marker, its Slurm job, its log directory, the RDMA NICs pre-flight found per node."""
+    ctx = default_context(plan.cluster, run_id=run_id, job_id=job_id, log_dir=log_dir, nic=dict(nic or {}))
+    return render(plan, catalog, ctx)
 
 
 def offline_nodes(names: list[str]) -> list[Node]:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
-from . import EngineBase, register_engine
 from .args import Options
+from .registry import EngineBase, register_engine
 
 if TYPE_CHECKING:
     from ..config.catalog import ModelEntry

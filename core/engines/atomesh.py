@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from . import FrontendBase, register_frontend
 from .args import Options
+from .registry import FrontendBase, register_frontend
 
 if TYPE_CHECKING:
     from ..design.plan import Plan

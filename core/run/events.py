@@ -9,7 +9,11 @@ import json
 import time
 from collections import deque
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..design.commands import ProcessSpec
+    from ..design.plan import Plan
 
 # Endpoint (worker) stages, in order. A stage is only ever left for a later one, or for a terminal one.
 WORKER_STAGES = ("pending", "launching", "loading", "kv_registered", "http_up", "registered", "serving")
@@ -347,6 +351,15 @@ def new_state(run_id: str, procs: list[tuple[str, str, str]], cells: list[dict],
     for p, d in pairs:
         s.pairs[f"{p}>{d}"] = PairState(p, d)
     return s
+
+
+def fresh_state(run_id: str, plan: Plan, processes: list[ProcessSpec]) -> RunState:
+    """The state of a run of `plan` before anything happened: every process pending, every barrier cell, every
+    prefill->decode pair."""
+    cells = [{"node": c.node, "host": c.host, "port": c.port, "role": c.role, "kind": c.kind, "owner": c.owner}
+             for c in plan.barrier]
+    pairs = [(p.name, d.name) for p in plan.role_endpoints("prefill") for d in plan.role_endpoints("decode")]
+    return new_state(run_id, [(p.name, p.role, p.node) for p in processes], cells, pairs)
 
 
 def replay(state: RunState, lines: list[str]) -> RunState:

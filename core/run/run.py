@@ -1,7 +1,10 @@
-# Long file: the one object every session uses for a run, from its launch (the starts as they are heard, a launch
-# cut short) to its teardown; what it is made of lives beside it (watchers/, rundir, runfiles, inuse, ports).
 """A Run: launch a plan, watch it come up, keep its state, tear it down. The one path used by the
 console, the CLI and any later session (the run directory is the truth).
+
+The one object every session uses for a run, from its launch (the starts as they are heard, a launch cut short)
+to its teardown. What it is made of lives beside it: the checks before a launch (checks.py: inuse, ports), the run
+directory and its files (rundir, runfiles), the state and its events (events), the watchers (watchers/); the
+launcher is chosen by launch/ and every command rendered by design/.
 """
 
 from __future__ import annotations
@@ -18,22 +21,22 @@ from ..config.cluster import Cluster, parse_cluster
 from ..config.errors import AtomdeckError
 from ..config.recipe import Recipe, parse_recipe
 from ..config.secrets import MASK, is_secret, redact_line
-from ..design.commands import ProcessSpec, render
+from ..design.commands import ProcessSpec
 from ..design.inventory import Node
 from ..design.lint import Assessment
-from ..design.plan import Plan, Selection, build_plan
-from ..design.workspace import Workspace, default_context
+from ..design.plan import Plan, Selection, build_plan, with_node_ips
+from ..design.workspace import Workspace, render_for_run
 from ..launch.base import Launcher, ProcHandle, StopReport, outlive_cancel
+from ..launch.choose import launcher_for
 from ..remote.filetail import read_last_lines
 from ..remote.probes import tcp_probe
 from .barrier import BarrierProber
+from .checks import check_free
 from .diagnose import diagnose
-from .events import Event, RunState, new_state, replay
-from .inuse import check_nodes_free
+from .events import Event, RunState, fresh_state, replay
 from .logspace import LogSpace
-from .ports import check_ports_free
-from .rundir import RunDir, new_run_id
-from .runfiles import write_design, write_plan_files
+from .rundir import RunDir
+from .runfiles import new_run_dir, record_facts, write_plan_files
 from .watchers import Watchers, keep_going, raise_open_files_limit
 
 DEFAULT_GRACE = 10.0
@@ -44,27 +47,10 @@ LOG_SPACE_EVERY = 5  # ticks between checks of the log directories where they li
 
 
 def make_launcher(cluster: Cluster, run_id: str, run_dir: str, meta: dict | None = None) -> Launcher:
-    launcher: Launcher
-    if cluster.launcher == "local":
-        from ..launch.local import LocalLauncher
-
-        launcher = LocalLauncher(run_id, run_dir)
-    elif cluster.launcher == "slurm":
-        from ..launch.slurm import SlurmLauncher
-
-        launcher = SlurmLauncher(run_id, run_dir, cluster, meta or {})
-    else:
-        from ..launch.ssh import SshLauncher
-
-        launcher = SshLauncher(run_id, run_dir, cluster, meta or {})
-    launcher.on_facts = partial(_record_facts, Path(run_dir))
+    """The cluster's launcher for a run (launch/ chooses it), whose facts go into the run's run.json as they come."""
+    launcher = launcher_for(cluster, run_id, run_dir, meta)
+    launcher.on_facts = partial(record_facts, Path(run_dir))
     return launcher
-
-
-def _record_facts(run_dir: Path, facts: dict) -> None:
-    """A launcher's facts (a Slurm job id as soon as sbatch answers) go into run.json at once."""
-    if (run_dir / "run.json").exists():
-        RunDir(run_dir).update_meta(**facts)
 
 
 @dataclass
@@ -181,64 +167,50 @@ class Run:
         `on_run(run)` is awaited once the run exists (its directory, its plan files, its processes pending) and
         before the first process starts: a console shows the run while its processes start, and draws it
         before they take the machine's CPU."""
-        if a.plan is None or not a.ok:
-            errs = "; ".join(f"{f.rule}: {f.message}" for f in a.errors()) or "no plan"
-            raise AtomdeckError(f"the plan has errors, nothing was launched: {errs}")
-        plan = a.plan
+        plan = a.launchable()  # design: a plan without errors, or nothing is launched
         say = progress or (lambda _: None)
-        ports = sum(len(p.ports) for p in a.processes)
-        say(f"checking that the {ports} ports are free on {len(plan.nodes)} nodes")
-        await check_nodes_free(plan, lambda: make_launcher(plan.cluster, "preflight", "/", {}))
-        await check_ports_free(plan, a.processes, make_launcher(plan.cluster, "preflight", "/", {}))
-        run_id = new_run_id(plan.recipe.name)
-        rd = RunDir.create(run_id)
-        meta = RunDir.initial_meta(run_id, plan.recipe.name, plan.cluster.name, plan.cluster.launcher)
-        if job_id:
-            meta["job_id"] = job_id
-        rd.write_json("run.json", meta)
-        write_design(rd, plan)
-        launcher = make_launcher(plan.cluster, run_id, str(rd.path), meta)
+        await check_free(plan, a.processes, say)  # checks.py: no live run on the nodes, no port taken
+        rd, meta = new_run_dir(plan, job_id)  # runfiles.py: run.json and the design's files
+        launcher = make_launcher(plan.cluster, rd.id, str(rd.path), meta)  # launch/ chooses it
         launcher.on_progress = progress
-        try:
-            facts = await launcher.prepare(plan, a.processes)
-        except BaseException as e:
-            rd.update_meta(status="failed", diagnosis=f"could not prepare the launch: {e}")
-            await launcher.close()
-            raise
-        meta.update(facts)
-        rd.write_json("run.json", meta)
-        if facts.get("node_ips"):  # the addresses the nodes gave at pre-flight: ATOM_HOST_IP, proxy_ip, URLs
-            plan = build_plan(plan.recipe, plan.cluster, list(plan.nodes), plan.selection, plan.overrides,
-                              facts["node_ips"])
+        facts = await _prepare(launcher, rd, meta, plan, a.processes)  # pre-flight, the allocation
+        plan = with_node_ips(plan, facts.get("node_ips"))  # design: the addresses the nodes gave at pre-flight
+        if plan is not a.plan:
             a = replace(a, plan=plan)
-        ctx = default_context(plan.cluster, run_id=run_id, job_id=meta.get("job_id"), log_dir=str(rd.path / "logs"),
-                              nic=facts.get("nic", {}))
-        processes = render(plan, ws.catalog, ctx)
-        write_plan_files(rd, a, processes)
-        run = cls(rd, plan.recipe, plan.cluster, plan, processes, launcher, _fresh_state(run_id, plan, processes))
-        run.emit(Event("run", value="launching", detail=f"{plan.shape} on {plan.cluster.name}"))
+        processes = render_for_run(plan, ws.catalog, rd.id, meta.get("job_id"), str(rd.path / "logs"),
+                                   facts.get("nic", {}))  # design: every command as this run starts it
+        write_plan_files(rd, a, processes)  # runfiles.py: plan.json, commands.sh
+        run = cls(rd, plan.recipe, plan.cluster, plan, processes, launcher, fresh_state(rd.id, plan, processes))
+        await run._start_processes(on_run)
+        return run
+
+    async def _start_processes(self, on_run: Callable[[Run], Awaitable[None]] | None) -> None:
+        """The launch's last step: say the run is launching, hand it to `on_run`, start every process (each
+        handle file written as its start is heard: a launch cut short records what it started), then say
+        whether every start succeeded."""
+        launcher, processes = self.launcher, list(self.processes.values())
+        self.emit(Event("run", value="launching", detail=f"{self.plan.shape} on {self.plan.cluster.name}"))
         if on_run is not None:
-            await on_run(run)
-        launcher.on_started = run._heard_started  # each start shown as it is known, its handle file first
+            await on_run(self)
+        launcher.on_started = self._heard_started  # each start shown as it is known, its handle file first
         try:
             started = await launcher.start_many(processes)
         except BaseException as e:  # cancelled (Ctrl-C, a console quit) or failed half-way: record what runs
-            await run._launch_cut_short(e)
+            await self._launch_cut_short(e)
             raise
         for h in started:  # (a launcher that told none of them as they started)
             if not isinstance(h, BaseException):
-                run._heard_started(h)
-        if await run._all_saved():  # every start returned, then the cancellation came: the run says so all the same
-            await run._launch_cut_short(asyncio.CancelledError())
+                self._heard_started(h)
+        if await self._all_saved():  # every start returned, then the cancellation came: the run says so all the same
+            await self._launch_cut_short(asyncio.CancelledError())
             raise asyncio.CancelledError
-        run.emit_many([Event("proc.stage", p.name, "failed", f"could not start: {h}")
-                       for p, h in zip(processes, started) if isinstance(h, BaseException)])
-        if any(p.stage == "failed" for p in run.state.procs.values()):
-            run._set_status("failed")
+        self.emit_many([Event("proc.stage", p.name, "failed", f"could not start: {h}")
+                        for p, h in zip(processes, started) if isinstance(h, BaseException)])
+        if any(p.stage == "failed" for p in self.state.procs.values()):
+            self._set_status("failed")
         else:
-            run.emit(Event("run", value="starting", detail=f"{len(processes)} processes started"))
-            rd.update_meta(status="starting")  # `atomdeck runs` says so even when nobody watches it
-        return run
+            self.emit(Event("run", value="starting", detail=f"{len(processes)} processes started"))
+            self.rd.update_meta(status="starting")  # `atomdeck runs` says so even when nobody watches it
 
     def _heard_started(self, h: ProcHandle) -> None:
         """A process of the launch known started: its handle file is written (in a thread, a batch at a time: 129
@@ -298,10 +270,9 @@ class Run:
         selection = Selection(tuple(sel["prefill"]), tuple(sel["decode"]), tuple(sel["workers"]), sel["router"])
         plan = build_plan(recipe, cluster, inventory, selection, frozenset(sel.get("overrides", ())),
                           meta.get("node_ips"))
-        ctx = default_context(cluster, run_id=rd.id, job_id=meta.get("job_id"), log_dir=str(rd.path / "logs"))
-        processes = render(plan, None, ctx)
+        processes = render_for_run(plan, None, rd.id, meta.get("job_id"), str(rd.path / "logs"))
         launcher = make_launcher(cluster, rd.id, str(rd.path), meta)
-        state = replay(_fresh_state(rd.id, plan, processes), rd.event_lines())
+        state = replay(fresh_state(rd.id, plan, processes), rd.event_lines())
         run = cls(rd, recipe, cluster, plan, processes, launcher, state)
         run.stopping = state.status in ("stopping", "stopped", "dirty")
         run.check_storage()  # a full directory is said by any session, also one with nothing to write
@@ -501,8 +472,15 @@ class Run:
         await self.launcher.close()
 
 
-def _fresh_state(run_id: str, plan: Plan, processes: list[ProcessSpec]) -> RunState:
-    cells = [{"node": c.node, "host": c.host, "port": c.port, "role": c.role, "kind": c.kind, "owner": c.owner}
-             for c in plan.barrier]
-    pairs = [(p.name, d.name) for p in plan.role_endpoints("prefill") for d in plan.role_endpoints("decode")]
-    return new_state(run_id, [(p.name, p.role, p.node) for p in processes], cells, pairs)
+async def _prepare(launcher: Launcher, rd: RunDir, meta: dict, plan: Plan, processes: list[ProcessSpec]) -> dict:
+    """The launcher's preparation (pre-flight on the nodes, a Slurm allocation): its facts go into run.json; a
+    preparation that fails or is cancelled marks the run failed, saying why, and closes the launcher."""
+    try:
+        facts = await launcher.prepare(plan, processes)
+    except BaseException as e:
+        rd.update_meta(status="failed", diagnosis=f"could not prepare the launch: {e}")
+        await launcher.close()
+        raise
+    meta.update(facts)
+    rd.write_json("run.json", meta)
+    return facts

@@ -1,8 +1,10 @@
-"""What a new run directory is given of its design, before its first process starts: the recipe and the cluster
-(secrets masked), the selection and the inventory (enough for `Run.open`, also when the launch dies half-way), then
-the plan and every command as rendered for this run."""
+"""What a new run directory is given, before its first process starts: run.json (then the facts its launcher
+learns, as they come), the recipe and the cluster (secrets masked), the selection and the inventory (enough for
+`Run.open`, also when the launch dies half-way), then the plan and every command as rendered for this run."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import yaml
 
@@ -10,7 +12,25 @@ from ..config.secrets import MASK, is_secret
 from ..design.commands import ProcessSpec
 from ..design.lint import Assessment
 from ..design.plan import Plan
-from .rundir import RunDir
+from .rundir import RunDir, new_run_id
+
+
+def new_run_dir(plan: Plan, job_id: str | None = None) -> tuple[RunDir, dict]:
+    """A new run's directory for `plan`: run.json (launching; `job_id` an allocation it runs in) and the design's
+    files, before anything on a node is touched. Returns the directory and its run.json as written."""
+    rd = RunDir.create(new_run_id(plan.recipe.name))
+    meta = RunDir.initial_meta(rd.id, plan.recipe.name, plan.cluster.name, plan.cluster.launcher)
+    if job_id:
+        meta["job_id"] = job_id
+    rd.write_json("run.json", meta)
+    write_design(rd, plan)
+    return rd, meta
+
+
+def record_facts(run_dir: Path, facts: dict) -> None:
+    """A launcher's facts (a Slurm job id as soon as sbatch answers) go into run.json at once."""
+    if (run_dir / "run.json").exists():
+        RunDir(run_dir).update_meta(**facts)
 
 
 def write_design(rd: RunDir, plan: Plan) -> None:

@@ -1,6 +1,6 @@
 """A pulse that comes at the wrong moment: before the screen it redraws is loaded, or while the app
 quits and takes its screens apart. RunController.redraw holds the one guard for every run view
-(run_control.can_draw); the screens keep none of their own. Real app through Textual's Pilot, a fake
+(screens/base.py can_draw); the screens keep none of their own. Real app through Textual's Pilot, a fake
 run (fakerun.py: nothing is started)."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""The dependency rule of docs/architecture.md, read from the code with `ast` (every import,
-also the ones inside functions), and no import cycle inside core/."""
+"""The dependency rule of docs/architecture.md, read from the code with `ast` (every import: at module level,
+inside functions and under `if TYPE_CHECKING:`), and no import cycle inside core/ or tui/."""
 
 from __future__ import annotations
 
@@ -26,17 +26,17 @@ FORBIDDEN = {
 MAX_LINES = 450  # a longer source file says why in its first comment: "# Long file: <reason>"
 
 
-def module_name(path: Path) -> str:
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+def module_name(path: Path, root: Path = ROOT) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)
 
 
-def imports_of(path: Path) -> list[tuple[str, int]]:
+def imports_of(path: Path, root: Path = ROOT) -> list[tuple[str, int]]:
     """Every module the file imports (absolute names without the `atomdeck.` prefix), with the line."""
     tree = ast.parse(path.read_text(), str(path))
-    me = module_name(path)
+    me = module_name(path, root)
     package = me.split(".") if path.name == "__init__.py" else me.split(".")[:-1]
     found: list[tuple[str, int]] = []
     for node in ast.walk(tree):
@@ -105,30 +105,22 @@ def test_the_rule_catches_what_the_old_substring_test_let_through(tmp_path):
     assert "core.remote" in names and "core.remote.probes" in names
 
 
-def test_no_import_cycle_inside_core():
-    mods = {module_name(p): p for p in sources("core")}
-    graph: dict[str, set[str]] = {}
-    for m, p in mods.items():
-        deps = set()
-        for name, _ in imports_of(p):
-            # the longest real module the name points to (a name may be an attribute of a module)
-            parts = name.split(".")
-            while parts and ".".join(parts) not in mods:
-                parts.pop()
-            target = ".".join(parts)
-            if target and target != m and not m.startswith(target + ".") and target.startswith("core"):
-                # a package's __init__ is imported on the way to its submodules; count only real edges
-                if mods[target].name == "__init__.py" and mods[target].read_text().strip().startswith('"""') \
-                        and len(mods[target].read_text().splitlines()) < 12:
-                    continue
-                deps.add(target)
-        graph[m] = deps
-    # Tarjan's strongly connected components
+def import_graph(tops: tuple[str, ...], root: Path = ROOT) -> dict[str, set[str]]:
+    """module -> the modules of `tops` it imports, by exact name: `from .x import y` is an edge to x (and to x.y
+    if that is a module), `from . import y` an edge to the package (its `__init__`) and to y. A package's
+    `__init__` is a module like any other: importing its children is an edge to each of them, and a child that
+    imports a name from its package (`from . import Base`) is an edge back to it."""
+    mods = {module_name(p, root): p for t in tops if (root / t).is_dir() for p in (root / t).rglob("*.py")}
+    return {m: {name for name, _ in imports_of(p, root) if name in mods and name != m} for m, p in mods.items()}
+
+
+def cycles_of(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
     on: set[str] = set()
-    cycles: list[list[str]] = []
+    found: list[list[str]] = []
     counter = [0]
 
     def visit(v: str) -> None:
@@ -136,7 +128,7 @@ def test_no_import_cycle_inside_core():
         counter[0] += 1
         stack.append(v)
         on.add(v)
-        for w in graph[v]:
+        for w in graph.get(v, ()):
             if w not in index:
                 visit(w)
                 low[v] = min(low[v], low[w])
@@ -151,12 +143,59 @@ def test_no_import_cycle_inside_core():
                 if w == v:
                     break
             if len(comp) > 1:
-                cycles.append(sorted(comp))
+                found.append(sorted(comp))
 
-    for v in graph:
+    for v in sorted(graph):
         if v not in index:
             visit(v)
-    assert not cycles, f"import cycles inside core/: {cycles}"
+    return found
+
+
+@pytest.mark.parametrize("top", ["core", "tui"])
+def test_no_import_cycle(top):
+    """New keys and views land in a house without circles: no module of core/ or tui/ reaches itself again
+    through its imports, whether at module level, inside a function or for type checking only."""
+    found = [c for c in cycles_of(import_graph(("core", "tui"))) if c[0].split(".")[0] == top]
+    assert not found, f"import cycles inside {top}/: " + "; ".join(" <-> ".join(c) for c in found)
+
+
+def test_the_cycle_check_sees_every_kind_of_import(tmp_path):
+    """The check is not blind to the imports a circle hides in: a package's `__init__` importing its child
+    inside a function, the child importing its package only under TYPE_CHECKING; and one across packages."""
+    pkg = tmp_path / "core" / "reg"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("class Base: ...\n\ndef known():\n    from . import child  # noqa\n")
+    (pkg / "child.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from . import Base\n")
+    (pkg / "leaf.py").write_text("from .child import x\n")  # a sibling import is no edge to the package
+    views = tmp_path / "tui" / "screens"
+    views.mkdir(parents=True)
+    (views / "__init__.py").write_text("")
+    (tmp_path / "tui" / "__init__.py").write_text("")
+    (tmp_path / "tui" / "app.py").write_text("def show():\n    from .screens.view import View\n")
+    (views / "view.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..app import App\n")
+    graph = import_graph(("core", "tui"), tmp_path)
+    assert graph["core.reg.leaf"] == {"core.reg.child"}
+    assert cycles_of(graph) == [["core.reg", "core.reg.child"], ["tui.app", "tui.screens.view"]]
+
+
+# tui/ is layered top-down: the app (and the helpers it alone uses: the run controller, drills) -> screens ->
+# widgets -> pure helpers. A screen reaches the app through the protocols it is handed (tui/protocols.py) or
+# messages it posts, never by importing it.
+TUI_ABOVE = {
+    "tui.screens": ("tui.app", "tui.run_control", "tui.drills"),
+    "tui.widgets": ("tui.app", "tui.run_control", "tui.drills", "tui.screens"),
+}
+
+
+def test_tui_screens_never_import_the_app_and_widgets_never_import_screens():
+    bad = []
+    for path in sources("tui"):
+        me = module_name(path)
+        for pkg, above in TUI_ABOVE.items():
+            if inside(me, pkg):
+                bad += sorted({f"{path.relative_to(ROOT)}:{line} imports {a} ({pkg} must not)"
+                               for name, line in imports_of(path) for a in above if inside(name, a)})
+    assert not bad, "\n".join(bad)
 
 
 @pytest.mark.parametrize("top", ["core", "tui", "sim"])

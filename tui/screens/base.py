@@ -16,7 +16,7 @@ from ..compositor import TightCompositor
 from ..widgets.context_bar import ContextBar
 
 if TYPE_CHECKING:
-    from ..app import ConsoleApp
+    from ..protocols import Console
 
 
 class ViewScreen(Screen):
@@ -69,7 +69,7 @@ class ViewScreen(Screen):
         if event.refresh_styles and self._app_styled_as == self._app_style_key():
             event.refresh_styles = False
         if self._app_styled_as is not None:  # shown before, so composed: drawn once this resume is handled
-            self.call_later(cast("ConsoleApp", self.app).end_switch_hold)
+            self.call_later(cast("Console", self.app).end_switch_hold)
 
 
 class DesignScreen(ViewScreen):
@@ -100,8 +100,9 @@ class DesignScreen(ViewScreen):
             self.call_later(self.sync)
 
     @property
-    def console(self) -> ConsoleApp:
-        return cast("ConsoleApp", self.app)
+    def console(self) -> Console:
+        """The App, as the protocol it hands down to the views (protocols.py)."""
+        return cast("Console", self.app)
 
     def on_screen_resume(self) -> None:
         self.sync()
@@ -126,3 +127,11 @@ class DesignScreen(ViewScreen):
 
     def inventory_refreshed(self) -> None:
         """A refresh found nothing new; views that show the refresh time update it."""
+
+
+def can_draw(screen: Screen) -> bool:
+    """A pulse is handled by the app's loop, which waits for no screen: a screen just pushed is on the
+    stack before it is composed and mounted (its on_mount loads what it shows), and while the app quits
+    (exit, or a test's shutdown) its screens are taken apart, children first, with pulses still coming.
+    Such a screen is not drawn: mounted, its own loop running, and the app neither exiting nor shut down."""
+    return screen.is_mounted and screen.is_running and screen.is_attached and screen.app.is_running

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from ...core.measure.stats import RequestRecord
     from ...core.measure.sweep import Progress, StepResult
     from ...core.run.events import RunState
-    from ..app import ConsoleApp
+    from ..protocols import Console
 
 FIELDS = [("isl", "ISL"), ("osl", "OSL"), ("concurrency", "Concurrency"), ("num_prompts", "Prompts/step"),
           ("random_range_ratio", "Range ratio"), ("seed", "Seed"), ("dataset", "Dataset (JSONL)")]
@@ -88,8 +88,8 @@ class BenchScreen(ViewScreen):
         self.drawn = None
 
     @property
-    def console(self) -> ConsoleApp:
-        return cast("ConsoleApp", self.app)
+    def console(self) -> Console:
+        return cast("Console", self.app)
 
     def compose(self) -> ComposeResult:
         yield ContextBar()

@@ -24,18 +24,18 @@ from .. import bindings
 from ..formatting import words
 from ..live import settle_gc
 from ..logtext import save_logs
-from ..run_control import can_draw
 from ..widgets.context_bar import ContextBar
 from ..widgets.footer import QuietFooter
 from ..widgets.log_lines import LogLines
 from ..widgets.quiet import update_quietly
+from .base import can_draw
 from .dialogs import InputDialog
 from .run import run_context
 from .typeahead import TypeAhead
 
 if TYPE_CHECKING:
-    from ..app import ConsoleApp
     from ..live import LiveRun
+    from ..protocols import Console
 
 KEEP = 5_000
 # While every row on screen shows another line each time lines are appended (a flood: nobody reads
@@ -79,8 +79,8 @@ class LogScreen(TypeAhead, Screen):
         self.flood_s, self.key_first_s = FLOOD_S, KEY_FIRST_S  # (tests set them)
 
     @property
-    def console(self) -> ConsoleApp:
-        return cast("ConsoleApp", self.app)
+    def console(self) -> Console:
+        return cast("Console", self.app)
 
     def compose(self) -> ComposeResult:
         yield ContextBar()
@@ -133,7 +133,7 @@ class LogScreen(TypeAhead, Screen):
 
     def run_updated(self) -> None:
         """New lines (at most ten times a second): appended in one batch. Only once loaded, and not
-        while the app quits (RunController.redraw checks, see run_control.can_draw)."""
+        while the app quits (RunController.redraw checks, see base.can_draw)."""
         if any(self.live.resyncs.get(n, 0) != self._resyncs.get(n, 0) for n in self.names):
             self._load()  # the watcher said from where its lines come: the file up to there, then them
             self._draw()

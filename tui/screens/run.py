@@ -37,8 +37,8 @@ from ..widgets.vtable import VirtualTable
 from .run_pacing import PacedRunView
 
 if TYPE_CHECKING:
-    from ..app import ConsoleApp
     from ..live import LiveRun
+    from ..protocols import Console
 
 WIDE = 140  # at this width and more the router/handshake/nodes panels sit beside the tables
 TAIL_LINES = 20
@@ -48,7 +48,7 @@ ALL_PARTS = frozenset(("procs", "cells", "pairs", "checks", "conns", "metrics", 
 COMING_UP = ("launching", "starting")
 
 
-def run_context(app: ConsoleApp) -> str:
+def run_context(app: Console) -> str:
     """The top bar's right side on the run views: which run, what it runs, where."""
     live = app.live
     if live is None:

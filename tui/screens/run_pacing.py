@@ -15,8 +15,8 @@ from textual.screen import ModalScreen
 from .base import ViewScreen
 
 if TYPE_CHECKING:
-    from ..app import ConsoleApp
     from ..live import LiveRun
+    from ..protocols import Console
 
 TAIL_EVERY_S = 0.25
 REDRAW_SHARE = 0.25  # at most this share of the event loop goes to redrawing after state changes
@@ -61,8 +61,8 @@ class PacedRunView(ViewScreen):
         self._change_pending = False  # a state change came while a spread redraw was under way
 
     @property
-    def console(self) -> ConsoleApp:
-        return cast("ConsoleApp", self.app)
+    def console(self) -> Console:
+        return cast("Console", self.app)
 
     def redraw(self, clock: bool = False) -> None:
         raise NotImplementedError

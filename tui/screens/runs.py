@@ -17,7 +17,7 @@ from ..widgets.footer import QuietFooter
 from .base import ViewScreen
 
 if TYPE_CHECKING:
-    from ..app import ConsoleApp
+    from ..protocols import Console
 
 COLUMNS = [("mark", ""), ("id", "RUN"), ("status", "STATUS"), ("recipe", "RECIPE"), ("cluster", "CLUSTER"),
            ("launcher", "LAUNCHER"), ("created", "STARTED"), ("job", "JOB"), ("diagnosis", "LAST DIAGNOSIS")]
@@ -42,8 +42,8 @@ class RunsScreen(ViewScreen):
         self.error = ""
 
     @property
-    def console(self) -> ConsoleApp:
-        return cast("ConsoleApp", self.app)
+    def console(self) -> Console:
+        return cast("Console", self.app)
 
     def compose(self) -> ComposeResult:
         yield ContextBar()

@@ -22,7 +22,7 @@ from ..widgets.footer import QuietFooter
 from .typeahead import TypeAhead
 
 if TYPE_CHECKING:
-    from ..app import ConsoleApp
+    from ..protocols import Console
 
 
 def _describe(path: Path) -> str:
@@ -51,8 +51,8 @@ class StartScreen(TypeAhead, Screen[bool]):
         self.recipes = shipped_recipes() if recipes is None else recipes
 
     @property
-    def console(self) -> ConsoleApp:
-        return cast("ConsoleApp", self.app)
+    def console(self) -> Console:
+        return cast("Console", self.app)
 
     def compose(self) -> ComposeResult:
         yield Static(Text.assemble(("atomdeck", "bold"), " · open a deployment design: pick a cluster "

@@ -13,7 +13,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Protocol
 
 from ...remote.backoff import Backoff
-from ..events import Event, RunState
+from ..events import CellState, Event, RunState
 
 if TYPE_CHECKING:
     from ...config.recipe import Recipe
@@ -45,6 +45,50 @@ class RunHost(Protocol):
     def torn_down_elsewhere(self) -> bool: ...
 
     def redact(self, line: str) -> str: ...
+
+
+class WatcherGroup(Protocol):
+    """The other watchers of the run, as one watcher sees them (`Watchers` in __init__.py is the group): what a
+    watcher tells its neighbours. A watcher module imports this, never its package, so that the package can
+    import every watcher without an import circle."""
+
+    @property
+    def barrier(self) -> _Barrier: ...
+
+    @property
+    def binding(self) -> _Binding: ...
+
+    @property
+    def pairs(self) -> _Pairs: ...
+
+    @property
+    def health(self) -> _Health: ...
+
+    def settle(self) -> None: ...
+
+
+class _Barrier(Protocol):  # ports.py's BarrierWatcher
+    def wake(self, node: str | None) -> None: ...
+
+    def hint(self, name: str, node: str) -> None: ...
+
+    def look_again(self) -> None: ...
+
+    def unconfirmed(self) -> list[CellState]: ...
+
+
+class _Binding(Protocol):  # binding.py's BindWatcher
+    def ready(self, name: str, line: str) -> None: ...
+
+
+class _Pairs(Protocol):  # pairs.py's HandshakeWatcher
+    def on_line(self, name: str, role: str, value: str, line: str) -> None: ...
+
+    async def checks(self) -> None: ...
+
+
+class _Health(Protocol):  # health.py's ServingHealth
+    def answered(self, name: str) -> None: ...
 
 
 async def cancel_all(tasks: list[asyncio.Task]) -> None:

@@ -14,7 +14,7 @@ from ..events import TERMINAL, Event
 from .base import RunHost, background
 
 if TYPE_CHECKING:
-    from . import Watchers
+    from .base import WatcherGroup as Watchers  # (the package imports this module)
 
 BIND_GRACE_S = 5.0
 RECHECK_S = 5.0

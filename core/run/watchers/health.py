@@ -35,7 +35,7 @@ from ..events import HEALTH_STAGES, LIVE, TERMINAL, Event
 from .base import RunHost
 
 if TYPE_CHECKING:
-    from . import Watchers
+    from .base import WatcherGroup as Watchers  # (the package imports this module)
 
 EVERY_S = 1.0  # between the starts of two checks of one endpoint that missed or is unresponsive
 HEALTHY_EVERY_S = 2.0  # an endpoint that answered (a check or a scrape) this recently is not asked

@@ -15,7 +15,7 @@ from .base import RunHost, cancel_all, keep_going
 
 if TYPE_CHECKING:
     from ...launch.base import ProcHandle
-    from . import Watchers
+    from .base import WatcherGroup as Watchers  # (the package imports this module)
 
 YEAR = 3600 * 24 * 365
 

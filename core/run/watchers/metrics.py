@@ -24,7 +24,7 @@ from ..events import LIVE, TERMINAL, Event
 from .base import RunHost
 
 if TYPE_CHECKING:
-    from . import Watchers
+    from .base import WatcherGroup as Watchers  # (the package imports this module)
 
 EVERY_S = 2.0  # between scrapes of one endpoint
 # at most this many scrapes a second over all endpoints: a bigger run's endpoints are each scraped less often

@@ -19,7 +19,7 @@ from ..events import LIVE, WORKER_STAGES, Event
 from .base import RunHost
 
 if TYPE_CHECKING:
-    from . import Watchers
+    from .base import WatcherGroup as Watchers  # (the package imports this module)
 
 REPROBE_S = 3.0
 _REGISTERED = frozenset(WORKER_STAGES[WORKER_STAGES.index("kv_registered"):])  # stages at or past it

@@ -14,7 +14,7 @@ from ..events import WORKER_STAGES, CellState, Event
 from .base import RunHost, background
 
 if TYPE_CHECKING:
-    from . import Watchers
+    from .base import WatcherGroup as Watchers  # (the package imports this module)
 
 
 class BarrierWatcher:

@@ -12,7 +12,7 @@ from ..events import Event
 from .base import RunHost
 
 if TYPE_CHECKING:
-    from . import Watchers
+    from .base import WatcherGroup as Watchers  # (the package imports this module)
 
 
 class RouterWatcher:

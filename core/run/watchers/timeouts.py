@@ -11,7 +11,7 @@ from ..events import LIVE
 from .base import RunHost
 
 if TYPE_CHECKING:
-    from . import Watchers
+    from .base import WatcherGroup as Watchers  # (the package imports this module)
 
 
 class TimeoutWatcher:
