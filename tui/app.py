@@ -123,7 +123,8 @@ class ConsoleApp(App[int]):
         self.gc_steward = GcSteward()  # the cyclic GC's full passes off the key path (gc_steward.py)
         self.defer = defer and not run_id
         if self.defer:
-            from ..core.config.paths import find_cluster, find_recipe
+            from ..core.config.clusters import find as find_cluster
+            from ..core.config.paths import find_recipe
 
             find_recipe(recipe)  # an unknown name is still reported before the screen opens
             find_cluster(cluster)
@@ -708,8 +709,9 @@ def _write_settings(values: dict) -> None:
 
 def _run_design(run_id: str) -> tuple[str | None, str | None]:
     """`--run` without a recipe: design views show the run's recipe and cluster when they can be found."""
+    from ..core.config.clusters import find as find_cluster
     from ..core.config.errors import AtomdeckError
-    from ..core.config.paths import find_cluster, find_recipe
+    from ..core.config.paths import find_recipe
     from ..core.run.run import Run
 
     try:
@@ -732,7 +734,11 @@ def console_options(cluster: str | None, recipe: str | None, run_id: str | None)
         if cluster is None or cluster == run_cluster:
             recipe, cluster = run_recipe, run_cluster or cluster
     ask = cluster is not None and recipe is None and not run_id
-    return recipe or DEMO_RECIPE, cluster or DEMO_CLUSTER, ask
+    if cluster is None:  # the clusters file's current context, else the demo's
+        from ..core.config.clusters import current_context
+
+        cluster = current_context()
+    return recipe or DEMO_RECIPE, cluster, ask
 
 
 def run_console(cluster: str | None = None, recipe: str | None = None, readonly: bool = False, **kw: Any) -> int:

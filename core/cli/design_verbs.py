@@ -120,10 +120,10 @@ def cmd_lint(args: argparse.Namespace) -> int:
 
 
 def cmd_nodes(args: argparse.Namespace) -> int:
-    from ..config.cluster import load_cluster
-    from ..config.paths import find_cluster
+    from ..config.clusters import load
+    from .contexts import design_cluster
 
-    cluster = load_cluster(find_cluster(args.cluster or "local"))
+    cluster = load(design_cluster(args))[0]
     nodes, note = asyncio.run(fetch_inventory(cluster, args.offline))
     rows: list[dict[str, Any]] = []
     for n in nodes:

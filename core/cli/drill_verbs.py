@@ -22,7 +22,9 @@ def add_parser(sub) -> None:
                                    "fault on one process and says what to look for.")
     p.add_argument("name", help="a drill name, or `list`")
     p.add_argument("--recipe", "-r", default=DEFAULT_RECIPE, help=f"recipe to run (default {DEFAULT_RECIPE})")
-    p.add_argument("--cluster", "-c", default=None, help="a cluster that runs the simulator (default local)")
+    from .contexts import add_args
+
+    add_args(p, "design")
     p.add_argument("--on", default=None, metavar="PROCESS",
                    help="the process that gets the fault, e.g. prefill-1 (default: the one the drill is about)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
@@ -51,14 +53,14 @@ def cmd_drill(args: argparse.Namespace) -> int:
 
 
 def _launch(drill: Drill, args: argparse.Namespace) -> int:
-    from ..config.cluster import load_cluster
-    from ..config.paths import find_cluster
+    from ..config.clusters import load
     from ..design.drills import aim, drilled, refuse_without_simulator
     from ..run.run import Run
+    from .contexts import design_cluster
     from .design_verbs import _findings_text, prepare
     from .output import fail as _fail
 
-    refuse_without_simulator(load_cluster(find_cluster(args.cluster or "local")))  # before asking Slurm anything
+    refuse_without_simulator(load(design_cluster(args))[0])  # before asking Slurm anything
     plan_args = argparse.Namespace(recipe=args.recipe, cluster=args.cluster, nodes=None, override=None, offline=False)
     ws, a = prepare(plan_args)
     if a.plan is None:

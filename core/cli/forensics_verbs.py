@@ -27,13 +27,17 @@ def add_parser(sub) -> None:
                    help="copy atomdeck's py-spy to the nodes that lack it first (remote_dir/bin/py-spy)")
     p.add_argument("--no-bundle", action="store_true", help="do not write the tar.gz bundle")
     p.add_argument("--json", action="store_true", help="one JSON object")
+    from .contexts import add_args
+
+    add_args(p, "run")
 
 
 def cmd_snapshot(args: argparse.Namespace) -> int:
     from ..config.errors import AtomdeckError
     from ..run.forensics import bundle, install_pyspy, take
+    from .contexts import pick_run
 
-    run = Run.open(args.run)
+    run = Run.open(pick_run(args, args.run))
     if args.twice is not None and args.twice <= 0:
         return fail(args.json, 2, "usage", "--twice takes a number of seconds greater than 0, e.g. --twice 5")
 

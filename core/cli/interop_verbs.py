@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ..config.errors import AtomdeckError, ConfigError, ConfigIssue
 from ..config.srtslurm_read import Note
+from .contexts import add_args
 from .output import print_json
 
 FORMATS = ("srt-slurm",)
@@ -27,6 +28,7 @@ def add_parser(sub) -> None:
                    help="run the workers of an Infera recipe behind AToMesh instead (Infera is refused otherwise)")
     p.add_argument("--force", action="store_true", help="overwrite the -o file if it exists")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    add_args(p, "convert")
 
     p = sub.add_parser("export", help="convert an atomdeck recipe into another tool's recipe")
     p.add_argument("format", choices=FORMATS, help="the other tool: srt-slurm")
@@ -37,6 +39,7 @@ def add_parser(sub) -> None:
                    help="resources.gpus_per_node (default: the most GPUs one node's workers use)")
     p.add_argument("--force", action="store_true", help="overwrite the -o file if it exists")
     p.add_argument("--json", action="store_true", help="machine-readable output")
+    add_args(p, "convert")
 
 
 def _header(title: str, notes: list[Note]) -> str:
@@ -69,6 +72,8 @@ def cmd_import(args: argparse.Namespace) -> int:
     result = import_file(args.file, args.frontend)
     if result.errors or result.recipe is None:
         raise _refused(args.file, result.notes)
+    if args.cluster:
+        result.notes += _against_cluster(args.file, args.cluster)
     recipe = result.recipe
     text = recipe.to_yaml()
     header = _header(f"Imported by `atomdeck import srt-slurm` from {args.file} (srt-slurm schema {result.schema}).",
@@ -99,6 +104,14 @@ def cmd_export(args: argparse.Namespace) -> int:
     catalog = load_catalog(cat) if cat.is_file() else None
     if args.gpus_per_node is not None and args.gpus_per_node < 1:
         raise AtomdeckError("--gpus-per-node must be 1 or more")
+    if args.cluster:  # the cluster's GPUs per node, unless given
+        from ..config.clusters import load
+
+        cluster = load(args.cluster)[0]
+        if args.gpus_per_node is not None and args.gpus_per_node != cluster.gpus_per_node:
+            raise AtomdeckError(f"--gpus-per-node {args.gpus_per_node} but cluster {cluster.name} has "
+                                f"gpus_per_node: {cluster.gpus_per_node}; give one of them")
+        args.gpus_per_node = cluster.gpus_per_node
     result = export_recipe(recipe, args.schema, catalog, args.gpus_per_node)
     if result.errors:
         raise _refused(str(path), result.notes)
@@ -114,3 +127,23 @@ def cmd_export(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(text)
     return 0
+
+
+def _against_cluster(path: str, spec: str) -> list[Note]:
+    """`import --context NAME`: what the srt-slurm recipe says of the cluster, checked against that cluster
+    (its GPUs per node; the rest of the "set in your cluster file" notes stay notes)."""
+    import yaml
+
+    from ..config.clusters import load
+
+    cluster = load(spec)[0]
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except (OSError, yaml.YAMLError):
+        return []
+    gpn = (data.get("resources") or {}).get("gpus_per_node") if isinstance(data, dict) else None
+    if not isinstance(gpn, int) or gpn == cluster.gpus_per_node:
+        return []
+    return [Note("warning", "resources.gpus_per_node",
+                 f"{gpn} GPUs per node, but cluster {cluster.name} has {cluster.gpus_per_node}: the layout is "
+                 f"planned on {cluster.name}'s nodes; `atomdeck lint RECIPE --context {cluster.name}` checks it")]

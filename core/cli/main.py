@@ -1,4 +1,5 @@
-"""The headless CLI: plan, lint, nodes, up, status, watch, logs, down, runs, bench, compare, import/export; `--json`.
+"""The headless CLI: plan, lint, nodes, up, status, watch, logs, down, runs, context, bench, compare, import/export;
+`--json`; `--context`/`--cluster` on every verb (contexts.py).
 
 `atomdeck` with no arguments opens the console on the demo cluster.
 """
@@ -10,6 +11,8 @@ import sys
 from typing import Any, NoReturn
 
 from ..config.errors import AtomdeckError, ConfigError
+from .contexts import add_args as add_context_args
+from .contexts import resolve as resolve_context
 from .output import fail as _fail
 
 # Shown by `atomdeck --help` and copied in README.md ("Exit codes"): one table for every verb.
@@ -45,7 +48,7 @@ class _Parser(argparse.ArgumentParser):
 
 def _add_plan_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("recipe", help="recipe name (from recipes/) or path to a .yaml file")
-    p.add_argument("--cluster", "-c", default=None, help="cluster name (recipes/clusters/) or path; default local")
+    add_context_args(p, "design")
     p.add_argument("--nodes", "-w", default=None, help="comma-separated nodes in rank order (prefill first)")
     p.add_argument("--override", default=None, metavar="NODES",
                    help="allow these unhealthy/excluded nodes anyway (comma-separated); stays a warning")
@@ -64,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_plan_args(p)
 
     p = sub.add_parser("nodes", help="list the cluster's nodes with state, GPUs, partition and reason")
-    p.add_argument("--cluster", "-c", default=None)
+    add_context_args(p, "design")
     p.add_argument("--offline", action="store_true")
     p.add_argument("--json", action="store_true")
 
@@ -76,10 +79,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("status", help="stages, barrier, handshake and router of a run")
     p.add_argument("run", nargs="?", default=None, help="run id (default: the newest)")
+    add_context_args(p, "run")
     p.add_argument("--json", action="store_true")
 
     p = sub.add_parser("watch", help="follow a run's events (health, metrics, checks) until Ctrl-C")
     p.add_argument("run", nargs="?", default=None, help="run id (default: the newest)")
+    add_context_args(p, "run")
     p.add_argument("--json", action="store_true", help="one JSON event per line")
 
     p = sub.add_parser("logs", help="print a run's logs")
@@ -88,14 +93,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--follow", "-f", action="store_true")
     p.add_argument("--lines", "-n", type=int, default=None, help="only the last N lines")
     p.add_argument("--json", action="store_true", help="JSON lines: {process, node, text, offset} per log line")
+    add_context_args(p, "run")
 
     p = sub.add_parser("down", help="stop every process of a run and verify; exit 0 only when clean")
     p.add_argument("run")
     p.add_argument("--grace", type=float, default=None, help="seconds between SIGTERM and SIGKILL")
+    add_context_args(p, "run")
     p.add_argument("--json", action="store_true")
 
-    p = sub.add_parser("runs", help="list runs")
+    p = sub.add_parser("runs", help="list the runs of every cluster, and mark a cluster that does not answer")
+    add_context_args(p, "runs")
+    p.add_argument("--offline", action="store_true", help="do not ask the clusters of live runs whether they answer")
     p.add_argument("--json", action="store_true")
+
+    from .contexts import add_parser as add_context
+
+    add_context(sub)
 
     from .drill_verbs import add_parser as add_drill
 
@@ -109,7 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_interop(sub)
 
     p = sub.add_parser("tui", help="open the console")
-    p.add_argument("--cluster", "-c", default=None)
+    add_context_args(p, "design")
     p.add_argument("--recipe", "-r", default=None)
     p.add_argument("--readonly", action="store_true", help="hide launch and teardown")
     p.add_argument("--offline", action="store_true", help="do not ask Slurm for node states")
@@ -133,6 +146,7 @@ def main(argv: list[str] | None = None) -> int:
             e.parser.print_usage(sys.stderr)
         return _fail(as_json, 2, "usage", str(e), text=[f"{e.parser.prog}: error: {e}"])
     try:
+        resolve_context(args)  # --context folded into --cluster: one name, checked once (contexts.py)
         if args.cmd is None or args.cmd == "tui":
             return _tui(args)
         if args.cmd in ("plan", "lint", "nodes"):
@@ -145,6 +159,10 @@ def main(argv: list[str] | None = None) -> int:
             from . import forensics_verbs as verbs  # type: ignore[no-redef]
         elif args.cmd in ("import", "export"):
             from . import interop_verbs as verbs  # type: ignore[no-redef]
+        elif args.cmd in ("context", "ctx"):
+            from . import contexts as verbs  # type: ignore[no-redef]
+
+            args.cmd = "context"
         else:
             from . import run_verbs as verbs  # type: ignore[no-redef]
         return getattr(verbs, f"cmd_{args.cmd}")(args)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..measure.errors import MeasureInputError
+from .contexts import add_args
 
 if TYPE_CHECKING:
     from ..measure.stats import RequestRecord
@@ -28,6 +29,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     """The `bench` and `compare` sub-commands (registered by main.build_parser)."""
     p = sub.add_parser("bench", help="measure a serving run: a concurrency sweep through its router")
     p.add_argument("run", help="run id (or unique prefix)")
+    add_args(p, "run")
     p.add_argument("--isl", type=int, default=None, help="input tokens per prompt (default: recipe benchmark.isl, "
                    "else 1024)")
     p.add_argument("--osl", type=int, default=None, help="output tokens per request (default: recipe benchmark.osl, "
@@ -52,6 +54,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("compare", help="every bench step of the given runs in one table, per GPU")
     p.add_argument("runs", nargs="+", metavar="RUN")
+    add_args(p, "run")
     p.add_argument("--csv", default=None, metavar="FILE", help="also write the table as CSV")
     p.add_argument("--json", action="store_true")
 
@@ -163,7 +166,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     timeout = args.request_timeout if args.request_timeout is not None else REQUEST_TIMEOUT
     if timeout <= 0:
         return _fail(f"--request-timeout must be more than 0 seconds, got {args.request_timeout:g}")
-    run = Run.open(args.run)  # an unknown run is an AtomdeckError: main prints it, exit 2
+    from .contexts import pick_run
+
+    run = Run.open(pick_run(args, args.run))  # an unknown run is an AtomdeckError: main prints it, exit 2
     storage_notices(run, args.json)
     workload = default_workload(run.recipe, isl=args.isl, osl=args.osl, concurrencies=concurrencies,
                                 num_prompts=args.num_prompts, random_range_ratio=args.random_range_ratio,
@@ -216,8 +221,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from ..run.rundir import RunDir
 
     reports: list[dict] = []
+    from .contexts import pick_run
+
     for rid in args.runs:
-        rd = RunDir.find(rid)  # unknown: AtomdeckError, exit 2
+        rd = RunDir.find(pick_run(args, rid))  # unknown: AtomdeckError, exit 2
         found = load_all(rd.path)
         if not found:
             return _fail(f"run {rd.id} has no bench results; measure it with `atomdeck bench {rd.id}`")

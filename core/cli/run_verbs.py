@@ -16,6 +16,7 @@ from ..run.diagnose import diagnose
 from ..run.events import LIVE, Event, RunState, jsonable
 from ..run.run import Run
 from ..run.rundir import RunDir
+from .contexts import pick_run
 from .output import fail, storage_notices, unsaved_notice
 
 _QUIET_KINDS = {"cell"}
@@ -223,7 +224,7 @@ def metrics_words(m: dict) -> str:
 def cmd_watch(args: argparse.Namespace) -> int:
     """Follow a run's events until Ctrl-C (or until the run is torn down): one line each, or one
     JSON event per line with --json."""
-    run = Run.open(args.run)
+    run = Run.open(pick_run(args, args.run))
     t0 = time.time()
 
     def show(e: Event) -> None:
@@ -249,7 +250,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    run = Run.open(args.run)
+    run = Run.open(pick_run(args, args.run))
 
     async def go() -> RunState:
         try:
@@ -270,7 +271,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
-    run = Run.open(args.run)
+    run = Run.open(pick_run(args, args.run))
     storage_notices(run, getattr(args, "json", False))
     names = [args.process] if args.process else list(run.handles)
     for n in names:
@@ -322,7 +323,7 @@ def _logs_json(run: Run, names: list[str], args: argparse.Namespace) -> int:
 
 
 def cmd_down(args: argparse.Namespace) -> int:
-    run = Run.open(args.run)
+    run = Run.open(pick_run(args, args.run))
 
     storage_notices(run, args.json)
 
@@ -352,17 +353,42 @@ def _teardown_progress(t0: float):
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
-    runs = Run.list()
+    """Every cluster's runs (or one's, with --context), each with its cluster; the clusters of runs not stopped
+    are asked whether they answer, all at once (a run's recorded status is all there is of one that does not)."""
+    from .contexts import run_filter
+
+    name = run_filter(args)
+    runs = [m for m in Run.list() if name is None or m.get("cluster") == name]
+    reach = {} if getattr(args, "offline", False) else asyncio.run(_reach_of(runs))
     if args.json:
-        print(json.dumps({"runs": runs}, indent=2, default=str))
+        print(json.dumps({"runs": runs, "clusters": {n: r.to_json() for n, r in reach.items()}}, indent=2,
+                         default=str))
         return 0
     if not runs:
-        print("no runs yet; start one with `atomdeck up RECIPE`")
+        print(f"no runs on cluster {name} yet" if name else "no runs yet; start one with `atomdeck up RECIPE`")
         return 0
-    return runs_text(runs)
+    return runs_text(runs, reach=reach)
 
 
-def runs_text(runs: list[dict], width: int | None = None) -> int:
+async def _reach_of(runs: list[dict]) -> dict:
+    """Each cluster that has a run not stopped, as that run recorded it (its cluster.yaml), asked at once."""
+    from ..config.cluster import parse_cluster
+    from ..config.errors import AtomdeckError
+    from ..run.reach import check_all
+
+    todo = {}
+    for m in runs:
+        if m.get("status") == "stopped" or m.get("fake") or m.get("cluster") in todo:
+            continue
+        rd = RunDir.find(str(m["id"]))
+        try:
+            todo[m.get("cluster")] = parse_cluster(rd.read_text("cluster.yaml"), str(rd.path / "cluster.yaml"))
+        except (AtomdeckError, OSError):
+            continue
+    return await check_all(todo.values()) if todo else {}
+
+
+def runs_text(runs: list[dict], width: int | None = None, reach: dict | None = None) -> int:
     """The table, its columns as wide as their longest value (long run ids and cluster names). On a terminal a
     diagnosis is cut to the terminal's width, marked, and `atomdeck status` named for the whole of it; piped,
     every line is whole (for grep). `width`: the terminal's columns (None: asked when stdout is a terminal)."""
@@ -370,7 +396,13 @@ def runs_text(runs: list[dict], width: int | None = None) -> int:
         width = shutil.get_terminal_size().columns
     w_id = max([3, *(len(str(m["id"])) for m in runs)])
     w_status = max([6, *(len(str(m.get("status", "?"))) for m in runs)])
-    w_cluster = max([7, *(len(str(m.get("cluster", "?"))) for m in runs)])
+    reach = reach or {}
+
+    def where(m: dict) -> str:
+        r = reach.get(m.get("cluster"))
+        return f"{m.get('cluster', '?')}{' (no answer)' if r is not None and not r.answers else ''}"
+
+    w_cluster = max([7, *(len(where(m)) for m in runs)])
     room = None if width is None else max(30, width - (w_id + w_status + w_cluster + 19 + 4))
     print(f"{'RUN':{w_id}} {'STATUS':{w_status}} {'CLUSTER':{w_cluster}} {'STARTED':19} DIAGNOSIS")
     cut = None
@@ -379,8 +411,11 @@ def runs_text(runs: list[dict], width: int | None = None) -> int:
         diagnosis = " ".join((m.get("diagnosis") or "").split())
         if room is not None and len(diagnosis) > room:
             diagnosis, cut = diagnosis[:room - 1] + "…", cut or m["id"]
-        print(f"{m['id']:{w_id}} {m.get('status', '?'):{w_status}} {m.get('cluster', '?'):{w_cluster}} "
+        print(f"{m['id']:{w_id}} {m.get('status', '?'):{w_status}} {where(m):{w_cluster}} "
               f"{started:19} {diagnosis}".rstrip())
+    for r in reach.values():
+        if not r.answers:
+            print(f"cluster {r.cluster} does not answer: {r.detail}; its runs show what was last recorded")
     if cut:
         print(f"(… cut to the terminal's width: `atomdeck status RUN` shows the whole diagnosis, e.g. "
               f"`atomdeck status {cut}`)")

@@ -12,10 +12,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..config import clusters
 from ..config.catalog import Catalog, load_catalog
-from ..config.cluster import Cluster, load_cluster
+from ..config.cluster import Cluster
 from ..config.errors import AtomdeckError
-from ..config.paths import catalog_path, find_cluster, find_recipe, sim_shim_dir
+from ..config.paths import catalog_path, find_recipe, sim_shim_dir
 from ..config.recipe import Recipe, load_recipe
 from .commands import LaunchContext, ProcessSpec, SimRuntime, render
 from .inventory import Node
@@ -40,11 +41,13 @@ class Workspace:
 
 
 def load_workspace(recipe: str, cluster: str | None = None) -> Workspace:
+    """cluster: a name (the clusters file's, then the cluster files'; see config/clusters.py) or a path;
+    None: the current context."""
     rpath = find_recipe(recipe)
-    cpath = find_cluster(cluster or "local")
+    loaded, cpath = clusters.load(cluster or clusters.current_context())
     cat_path = catalog_path()
     catalog = load_catalog(cat_path) if cat_path.is_file() else None
-    return Workspace(load_recipe(rpath), load_cluster(cpath), catalog, rpath, cpath)
+    return Workspace(load_recipe(rpath), loaded, catalog, rpath, cpath)
 
 
 def sim_runtime(cluster: Cluster) -> SimRuntime | None:

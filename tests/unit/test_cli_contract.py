@@ -31,7 +31,7 @@ def test_every_verb_answers_one_json_object(args):
 
 
 def test_runs_json_is_an_object_holding_a_list():
-    assert one_object(atomdeck("runs", "--json", check=True).stdout) == {"runs": []}
+    assert one_object(atomdeck("runs", "--json", check=True).stdout) == {"runs": [], "clusters": {}}
 
 
 @pytest.mark.parametrize("args,kind,code", [
