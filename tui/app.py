@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from ..core.design.lint import Assessment
     from ..core.design.workspace import Workspace
     from ..core.run.run import Run
+    from .contexts import ContextBook
     from .live import LiveRun
     from .messages import InventoryUpdated, LaunchRequested, RunUpdated
     from .run_control import RunController
@@ -84,7 +85,8 @@ class ConsoleApp(App[int]):
                  nodes: Iterable[str] = (), overrides: Iterable[str] = (), named_nodes: Iterable[str] = (),
                  clock: Callable[[], datetime] | None = None, keymap_file: Path | None = None,
                  launch_handler: LaunchHandler | None = None, fetch: InventoryFetch | None = None,
-                 theme: str | None = None, run_id: str | None = None, defer: bool = False) -> None:
+                 theme: str | None = None, run_id: str | None = None, defer: bool = False,
+                 ask_clusters: bool | None = None) -> None:
         """Loads the recipe and cluster (and the run to reattach to) now: errors reach the caller
         before the screen opens. defer (the command line's console, not with run_id): only checks
         that the recipe and the cluster exist now; they are read and validated (pydantic, YAML, the
@@ -97,7 +99,8 @@ class ConsoleApp(App[int]):
         inventory refreshes (None: only on ctrl+r); ask: open on the Open screen; named_nodes:
         plan on these node names when no inventory can be read; run_id: open on this run (reattach
         and watch); launch_handler: what a confirmed launch does (default: core's Run.launch, then
-        the run view); clock, fetch: for tests.
+        the run view); clock, fetch: for tests; ask_clusters: ask each cluster shown whether it answers
+        (contexts.py; default: unless offline or given a made-up inventory `fetch`).
         """
         super().__init__()
         self.readonly = readonly
@@ -105,6 +108,7 @@ class ConsoleApp(App[int]):
         self.refresh_s = refresh_s
         self.clock = clock or datetime.now
         self.fetch: InventoryFetch | None = fetch  # None: core's fetch_inventory (imported when first used)
+        self._ask_clusters = (not offline and fetch is None) if ask_clusters is None else ask_clusters
         self.keymap_file = keymap_file
         self.keymap: dict[str, str] = {}
         self.named_nodes: list[str] = list(named_nodes)
@@ -136,9 +140,10 @@ class ConsoleApp(App[int]):
     design: Design
     assessment: Assessment
     runs: RunController
+    contexts: ContextBook
     launch_handler: LaunchHandler
     _initial_run: Run | None
-    _LOADED = frozenset({"workspace", "design", "assessment", "runs", "launch_handler", "_initial_run"})
+    _LOADED = frozenset({"workspace", "design", "assessment", "runs", "contexts", "launch_handler", "_initial_run"})
 
     def __getattr__(self, name: str) -> Any:
         # Only for the names _load sets, only while they are not set yet (a deferred load not done).
@@ -163,7 +168,9 @@ class ConsoleApp(App[int]):
         self.design = Design(self.workspace.recipe, nodes, overrides)
         self.assessment = self.design.assess(self.workspace)
         self.runs = RunController(self)  # the attached run (one at a time): see run_control.py
-        self.launch_handler = self._launch_handler or self.runs.launch_run
+        self._load_contexts()
+        # (the shown context's controller, whichever it is when the launch is asked for: contexts.py)
+        self.launch_handler = self._launch_handler or (lambda a: self.runs.launch_run(a))
         self._initial_run = None
         if run_id:
             from ..core.run.run import Run
@@ -190,6 +197,9 @@ class ConsoleApp(App[int]):
             self.exit(0)
             return
         await self.runs.quit()
+        if getattr(self, "_exit", False):  # quitting: the other clusters' runs are left running too
+            for said in await self.contexts.leave_parked():
+                self.exit(0, message=said)
 
     def action_escape_then_q(self) -> None:
         """alt+q is what the terminal sends for Escape then q arriving together (the operator closing a dialog
@@ -208,6 +218,7 @@ class ConsoleApp(App[int]):
     async def on_unmount(self) -> None:
         if self.loaded:
             await self.runs.close()
+            await self.contexts.close()
         self.gc_steward.close()
 
     async def on_event(self, event: events.Event) -> None:
@@ -255,7 +266,8 @@ class ConsoleApp(App[int]):
         self._start()
 
     def _start(self) -> None:
-        self.set_interval(self.PULSE_S, self.runs.pulse)
+        self.set_interval(self.PULSE_S, lambda: self.runs.pulse())  # (the shown context's controller)
+        self._start_contexts()
         if self._initial_run is not None:
             from .live import LiveRun
 
@@ -431,6 +443,98 @@ class ConsoleApp(App[int]):
                 text += f", every {self.refresh_s:g}s"
         return text + (f" · {ws.inventory_note}" if ws.inventory_note else "")
 
+    # -- contexts: several clusters, one shown (k9s's :ctx; contexts.py) ---------------------------
+    def _load_contexts(self) -> None:
+        from .contexts import ContextBook
+
+        check = None
+        if self._ask_clusters:
+            from ..core.run.reach import check
+
+        self.contexts = ContextBook(self, check)
+        self.contexts.on_change = self.contexts_changed
+
+    def _start_contexts(self) -> None:
+        from .contexts import REACH_S
+
+        self.contexts.ask_all()
+        self.set_interval(REACH_S, self.contexts.ask_all, name="reach")
+
+    @property
+    def context_line(self) -> str:
+        """The header's context (markup): the cluster shown, whether it answers, how many others are open."""
+        from textual.markup import escape
+
+        if not self.loaded:
+            return ""
+        book = self.contexts
+        r = book.reach.get(book.current)
+        mark = "" if r is None else " [$text-success]●[/]" if r.answers else " [$text-error]✗ no answer[/]"
+        others = book.names()[1:]
+        down = [n for n in others if (o := book.reach.get(n)) is not None and not o.answers]
+        more = (f" [$text-muted]+{len(others)}[/]" if others else "") + (f" [$text-error]✗{len(down)}[/]" if down
+                                                                         else "")
+        return f"[@click=app.contexts][$text-muted]ctx[/] [b]{escape(book.current)}[/b]{mark}{more}[/]"
+
+    def contexts_changed(self) -> None:
+        """A cluster's answer changed, or the context did: every header, and the Runs view's marks."""
+        from .widgets.context_bar import ContextBar
+
+        for screen in self.screen_stack:
+            for bar in screen.query(ContextBar):
+                bar.show_context()
+            redraw = getattr(screen, "contexts_changed", None)
+            if redraw is not None:
+                redraw()
+
+    def switch_context(self, name: str, run_dir: Path | None = None) -> bool:
+        """Show another cluster: its design and its run; the one left keeps its run watched. False (and said)
+        when it cannot be: a launch in progress, a cluster that cannot be read."""
+        from ..core.config.errors import AtomdeckError
+
+        before = self.contexts.current
+        try:
+            self.contexts.switch(name, run_dir)
+        except AtomdeckError as e:
+            self.notify(str(e), title=f"Context {name}", severity="error", timeout=10)
+            return False
+        if self.contexts.current == before:
+            return True
+        self._redraw()
+        self.refresh_inventory()
+        self.runs.poke()
+        self.contexts_changed()
+        live = self.runs.live
+        self.notify(f"{before} keeps being watched" + (f"; here: run {live.id}" if live else ""),
+                    title=f"Context {name}", timeout=4)
+        return True
+
+    def open_run_anywhere(self, run_id: str, teardown: bool = False) -> None:
+        """Open (or tear down) a run of any cluster: its cluster's context is shown first."""
+        from ..core.run.run import Run
+
+        meta = next((m for m in Run.list() if m.get("id") == run_id), {})
+        cluster = meta.get("cluster")
+        if cluster and cluster != self.contexts.current:
+            if not self.switch_context(str(cluster), Path(str(meta.get("dir")))):
+                return
+        if teardown:
+            self.runs.request_teardown(run_id)
+        else:
+            self.runs.open_run(run_id)
+
+    def action_contexts(self) -> None:
+        from .screens.contexts import ContextScreen
+
+        if not isinstance(self.screen, ContextScreen):
+            self.push_screen(ContextScreen())
+
+    def action_command(self) -> None:
+        from .screens.contexts import CommandPrompt
+
+        if not isinstance(self.screen, CommandPrompt):
+            self.push_screen(CommandPrompt())
+
     # -- launch: handed to the run engine ----------------------------------------------------
     def action_launch(self) -> None:
         from .screens.dialogs import ConfirmDialog, MessageDialog
@@ -477,7 +581,7 @@ class ConsoleApp(App[int]):
     # App keys that change what is underneath: refused while a dialog or the Open screen is up, so
     # typing there ("demo-2p1d") never switches views or edits the design behind it.
     _UNDERNEATH = frozenset({"view", "launch", "refresh_inventory", "save_recipe", "export", "change_theme",
-                             "quit", "help"})
+                             "quit", "help", "command", "contexts"})
 
     @property
     def overlay_open(self) -> bool:
@@ -590,6 +694,8 @@ class ConsoleApp(App[int]):
         for i, (mode, title) in enumerate(self.views, 1):
             yield SystemCommand(f"View: {title}", f"go to the {title} view (key {i})", partial(self.action_view, mode))
         yield SystemCommand("Open recipe or cluster…", "choose another cluster or recipe", self.action_open)
+        yield SystemCommand("Switch context (cluster)…", "show another cluster; every cluster's runs stay watched "
+                            "(:ctx)", self.action_contexts)
         yield SystemCommand("Refresh nodes", "read the node inventory again", self.action_refresh_inventory)
         yield SystemCommand("Auto-pick nodes", "let core choose usable nodes for the layout",
                             lambda: self.set_design(self.design.auto_pick()))

@@ -36,6 +36,8 @@ APP = [
     _b("L,ctrl+l", "launch", "Launch", "launch", key_display="L",
        tooltip="Show every command in the preview; L there launches"),
     _b("ctrl+o", "open", "Open", "open", show=False),
+    _b("colon", "command", "Command", "command", show=False, key_display=":",
+       tooltip="k9s's command line: ctx lists the clusters, ctx NAME switches, a view's name shows it"),
     _b("ctrl+r", "refresh_inventory", "Refresh nodes", "refresh", show=False),
     _b("ctrl+s", "save_recipe", "Save recipe", "save", show=False),
     _b("ctrl+t", "change_theme", "Theme", "theme", show=False),
@@ -110,6 +112,11 @@ LOGS = [
     _b("escape", "close", "Back", "log.close", key_display="esc"),
 ]
 
+CONTEXTS = [
+    _b("enter", "switch", "Switch", "contexts.switch", tooltip="Show this cluster; the others stay watched"),
+    _b("escape", "close", "Close", "contexts.close", key_display="esc"),
+]
+
 RUNS = [
     _b("o", "open_run", "Open", "runs.open", tooltip="Watch this run again"),
     _b("r", "reload", "Reload", "runs.reload", tooltip="Read the run directories again"),
@@ -136,7 +143,8 @@ HELP = [
 # Where each group applies, for the help screen.
 SCOPES: dict[str, list[Binding]] = {
     "Everywhere": APP, "Nodes": NODES, "Layout": LAYOUT, "Preview": PREVIEW, "Run": RUN, "Logs": LOGS,
-    "Runs": RUNS, "Bench": BENCH, "Teardown": TEARDOWN, "Open": START, "Dialogs": DIALOG, "Help": HELP,
+    "Runs": RUNS, "Contexts": CONTEXTS, "Bench": BENCH, "Teardown": TEARDOWN, "Open": START, "Dialogs": DIALOG,
+    "Help": HELP,
 }
 
 

@@ -26,9 +26,11 @@ if TYPE_CHECKING:
     from textual.widget import AwaitMount
     from textual.worker import Worker
 
+    from ..core.config.cluster import Cluster
     from ..core.design.draft import Design
     from ..core.design.lint import Assessment
     from ..core.design.workspace import Workspace
+    from ..core.run.reach import Reach
     from .gc_steward import GcSteward
     from .live import LiveRun
 
@@ -48,6 +50,23 @@ class RunSide(Protocol):
     def open_run(self, run_id: str) -> None: ...
 
 
+class ContextSide(Protocol):
+    """The console's contexts (contexts.ContextBook, `app.contexts`) as the views read them."""
+
+    reach: dict[str, Reach]  # cluster -> its latest answer
+
+    @property
+    def current(self) -> str: ...
+
+    def names(self) -> list[str]: ...
+
+    def watched(self) -> dict[str, str]: ...
+
+    def cluster_of(self, name: str) -> Cluster | None: ...
+
+    def want(self, runs: list[dict]) -> None: ...
+
+
 class Console(Protocol):
     """The App as a screen sees it: the design state it draws, the attached run, and the operations a key on a
     view asks for (each a core operation the App performs)."""
@@ -60,6 +79,16 @@ class Console(Protocol):
 
     @property
     def runs(self) -> RunSide: ...
+
+    @property
+    def contexts(self) -> ContextSide: ...
+
+    @property
+    def context_line(self) -> str: ...
+
+    def switch_context(self, name: str) -> bool: ...
+
+    def open_run_anywhere(self, run_id: str, teardown: bool = False) -> None: ...
 
     @property
     def live(self) -> LiveRun | None: ...

@@ -37,8 +37,13 @@ class RunController:
     uses for screens, workers, notifications and messages (as protocols.ControllerHost: it never imports the
     App); the run views use it as protocols.RunSide."""
 
-    def __init__(self, app: ControllerHost) -> None:
+    def __init__(self, app: ControllerHost, context: str = "") -> None:
+        """context: the cluster this controller's runs are on (the App keeps one controller per cluster it has
+        been switched to, each watching its run: contexts.py); it names the controller's worker groups, so
+        that one cluster's exclusive workers never cancel another's."""
         self.app = app
+        self.context = context
+        self._group = f"-{context}" if context else ""
         self.live: LiveRun | None = None
         self.launching = ""  # what the run view says while Run.launch works
         self.launch_step = ""  # what that launch does now (core's progress: the allocation's wait, the count)
@@ -193,7 +198,7 @@ class RunController:
         # lines): under a flood the others would cost this loop 2,000 decoded lines a second each
         self._watcher.on_from, self._watcher.on_count = live._on_from, live._on_count
         live.use_watcher(self._watcher.want)
-        self._watch_worker = self.app.run_worker(self._watch(live, self._watcher), group="watch",
+        self._watch_worker = self.app.run_worker(self._watch(live, self._watcher), group="watch" + self._group,
                                                  exclusive=True, exit_on_error=False)
         self.poke()
 
@@ -244,7 +249,8 @@ class RunController:
         if self.live is not None and self.live.id == run_id:
             self.show_run_view()
             return
-        self.app.run_worker(self._open_run(run_id), group="attach", exclusive=True, exit_on_error=False)
+        self.app.run_worker(self._open_run(run_id), group="attach" + self._group, exclusive=True,
+                            exit_on_error=False)
 
     async def _open_run(self, run_id: str) -> LiveRun | None:
         from ..core.run.run import Run
@@ -277,7 +283,8 @@ class RunController:
         if self.app.readonly:
             self.app.notify("read-only console: teardown is disabled", severity="warning")
             return
-        self.app.run_worker(self._ask_teardown(run_id), group="attach", exclusive=True, exit_on_error=False)
+        self.app.run_worker(self._ask_teardown(run_id), group="attach" + self._group, exclusive=True,
+                            exit_on_error=False)
 
     async def _ask_teardown(self, run_id: str | None) -> None:
         from .screens.dialogs import ConfirmDialog
@@ -394,18 +401,26 @@ class RunController:
         elif self.launching:
             message = Text.assemble(("atomdeck: ", "bold"), "the launch was interrupted. `atomdeck runs` lists it; "
                                     "stop what it started with ", ("atomdeck down RUN", "bold"))
-        elif live is not None and live.running and live.state.status not in ("stopped",):
-            procs = live.running
-            message = Text.assemble(
-                ("atomdeck: ", "bold"), f"run {live.id} is still running ({len(procs)} processes on "
-                f"{len(live.nodes_of(procs))} nodes); quitting stopped only the console.\n",
-                "  watch it again: ", (f"atomdeck tui --run {live.id}", "bold"), "\n",
-                "  stop it:        ", (f"atomdeck down {live.id}", "bold"))
-            if live.teardown_running:
-                message.append("\n  (its teardown was interrupted: run `atomdeck down` to finish it)")
+        else:
+            message = self.left_running()
         self.quit_message = message
         await self.detach()
         self.app.exit(0, message=message)
+
+    def left_running(self) -> Text | None:
+        """What quitting says of the attached run when it goes on running (None when it does not)."""
+        live = self.live
+        if live is None or not live.running or live.state.status in ("stopped",):
+            return None
+        procs = live.running
+        message = Text.assemble(
+            ("atomdeck: ", "bold"), f"run {live.id} is still running ({len(procs)} processes on "
+            f"{len(live.nodes_of(procs))} nodes); quitting stopped only the console.\n",
+            "  watch it again: ", (f"atomdeck tui --run {live.id}", "bold"), "\n",
+            "  stop it:        ", (f"atomdeck down {live.id}", "bold"))
+        if live.teardown_running:
+            message.append("\n  (its teardown was interrupted: run `atomdeck down` to finish it)")
+        return message
 
     async def close(self) -> None:
         """However the console ends, its watcher process ends with it (the run does not)."""

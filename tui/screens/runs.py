@@ -1,5 +1,6 @@
-"""Runs: every run directory on this machine (core's Run.list), newest first. Enter (or o) reattaches
-and watches a run; D tears the selected run down (asks first)."""
+"""Runs: every run directory on this machine (core's Run.list), newest first, of every cluster, each with its
+cluster (marked when that cluster does not answer: its runs then show what was last recorded). Enter (or o)
+reattaches and watches a run, showing its cluster's context first; D tears the selected run down (asks first)."""
 
 from __future__ import annotations
 
@@ -65,6 +66,11 @@ class RunsScreen(ViewScreen):
     def run_updated(self) -> None:
         self._bar()
 
+    def contexts_changed(self) -> None:
+        """A cluster's answer changed, or the context shown did (the App): the marks and the summary."""
+        if self.is_mounted:
+            self.reload()
+
     @property
     def current(self) -> str | None:
         table = self.query_one(DataTable)
@@ -84,8 +90,10 @@ class RunsScreen(ViewScreen):
         table = self.query_one(DataTable)
         table.clear()
         attached = self.console.live.id if self.console.live else None
+        self.console.contexts.want(self.runs)  # the clusters of live runs not open here are asked too
+        watched = self.console.contexts.watched()
         for m in self.runs:
-            table.add_row(*self._cells(m, attached), key=m["id"])
+            table.add_row(*self._cells(m, attached, watched), key=m["id"])
         ids = [m["id"] for m in self.runs]
         if keep in ids:
             table.move_cursor(row=ids.index(keep), animate=False)
@@ -108,6 +116,11 @@ class RunsScreen(ViewScreen):
             out.append(f"{m['id']}", style="bold")
             status = str(m.get("status", "?"))
             out.append(f"  {status}", style=self._color(status))
+            out.append(f"  on {m.get('cluster', '?')}")
+            reach = self.console.contexts.reach.get(str(m.get("cluster")))
+            if reach is not None and not reach.answers:
+                out.append(f" (does not answer: {reach.detail}; the status is as last recorded)",
+                           style=self._color("error"))
             out.append(f"\n{m.get('diagnosis') or 'no diagnosis recorded'}")
             where = f"\ndirectory {m.get('dir', '')}"
             if m.get("console_host"):
@@ -132,22 +145,32 @@ class RunsScreen(ViewScreen):
         if self.error:
             out.append(self.error, style=self._color("error"))
         else:
-            out.append(f"{len(self.runs)} run(s) in {runs_dir()}", style="bold")
+            book = app.contexts
+            clusters = list(dict.fromkeys(str(m.get("cluster", "?")) for m in self.runs))
+            out.append(f"{len(self.runs)} run(s) on {len(clusters)} cluster(s) in {runs_dir()}", style="bold")
+            down = [n for n in clusters if (r := book.reach.get(n)) is not None and not r.answers]
+            if down:
+                out.append(f" · {', '.join(down)}: NO ANSWER", style=self._color("error"))
             out.append(" · enter reattaches and watches" + ("" if app.readonly else " · D tears down (asks first)"),
                        style="dim")
-            out.append(" · ● the run this console watches", style="dim")
+            out.append(f" · ● watched here ({book.current}), ○ watched in another context", style="dim")
         self.query_one("#runs-summary", Static).update(out)
 
     def _color(self, status: str) -> Style:
         return self.get_component_rich_style(f"runs--{status}", partial=True, default=Style())
 
-    def _cells(self, m: dict, attached: str | None) -> list[Text]:
+    def _cells(self, m: dict, attached: str | None, watched: dict[str, str]) -> list[Text]:
         status = str(m.get("status", "?"))
         created = m.get("created")
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(created)) if created else ""
-        return [Text("●" if m["id"] == attached else "", style="bold"), Text(m["id"], style="bold"),
+        mark = "●" if m["id"] == attached else "○" if m["id"] in watched else ""
+        cluster = Text(str(m.get("cluster", "")))
+        reach = self.console.contexts.reach.get(str(m.get("cluster")))
+        if reach is not None and not reach.answers:
+            cluster.append(" ✗", style=self._color("error"))
+        return [Text(mark, style="bold"), Text(m["id"], style="bold"),
                 Text(status, style=self._color(status)), Text(str(m.get("recipe", ""))),
-                Text(str(m.get("cluster", ""))), Text(str(m.get("launcher", ""))), Text(when),
+                cluster, Text(str(m.get("launcher", ""))), Text(when),
                 Text(str(m.get("job_id") or ""), style="dim"),
                 Text(_short(str(m.get("diagnosis") or ""), 44), style="dim")]
 
@@ -157,7 +180,7 @@ class RunsScreen(ViewScreen):
     def action_open_run(self) -> None:
         run_id = self.current
         if run_id:
-            self.console.runs.open_run(run_id)
+            self.console.open_run_anywhere(run_id)
 
     def action_reload(self) -> None:
         self.reload()
@@ -165,7 +188,7 @@ class RunsScreen(ViewScreen):
     def action_teardown(self) -> None:
         run_id = self.current
         if run_id:
-            self.console.runs.request_teardown(run_id)
+            self.console.open_run_anywhere(run_id, teardown=True)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "teardown":

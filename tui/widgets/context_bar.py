@@ -1,5 +1,6 @@
-"""The top line of every design view (k9s-style): the views with their keys, and what is being
-designed: recipe, cluster, layout shape, lint status, read-only."""
+"""The top line of every view (k9s-style): the views with their keys, the context (the cluster shown, marked
+when it does not answer: the App's `context_line`), and what is being designed or watched: recipe, cluster,
+layout shape, lint status, read-only."""
 
 from __future__ import annotations
 
@@ -20,7 +21,12 @@ class ContextBar(Horizontal):
 
     def compose(self):
         yield Static("", id="tabs")
+        yield Static("", id="ctx")
         yield Static("", id="context")
+
+    def show_context(self) -> None:
+        """The context: which cluster this console shows (every view has it; switch with `:ctx`)."""
+        update_quietly(self.query_one("#ctx", Static), getattr(self.app, "context_line", ""))
 
     def show_tabs(self, views: list[tuple[str, str]], current: str) -> None:
         tabs = []
@@ -28,6 +34,7 @@ class ContextBar(Horizontal):
             style = "reverse bold $accent" if mode == current else "$text-muted"
             tabs.append(f"[@click=app.view('{mode}')][{style}] {i} {title} [/][/]")
         update_quietly(self.query_one("#tabs", Static), " ".join(tabs))
+        self.show_context()
 
     def show_run(self, views: list[tuple[str, str]], current: str, context: str, readonly: bool) -> None:
         """The run views' bar: the same tabs, then `context` (markup, already escaped)."""
