@@ -80,7 +80,7 @@ class ConsoleApp(App[int]):
     # Bumped whenever core re-assessed the design (or the theme changed): the design views watch it.
     version: reactive[int] = reactive(0, init=False)
 
-    def __init__(self, recipe: str = DEMO_RECIPE, cluster: str = DEMO_CLUSTER, *, readonly: bool = False,
+    def __init__(self, recipe: str = DEMO_RECIPE, cluster: str | None = DEMO_CLUSTER, *, readonly: bool = False,
                  offline: bool = False, refresh_s: float | None = 10.0, ask: bool = False,
                  nodes: Iterable[str] = (), overrides: Iterable[str] = (), named_nodes: Iterable[str] = (),
                  clock: Callable[[], datetime] | None = None, keymap_file: Path | None = None,
@@ -120,7 +120,7 @@ class ConsoleApp(App[int]):
         self._css_refreshed = 0  # the CSS count (Textual's _css_update_count) the stylesheet was last refreshed for
         self._refresh_timer: Timer | None = None
         self._launch_handler = launch_handler
-        self._to_load: tuple[str, str, tuple[str, ...], frozenset[str], str | None] | None = (
+        self._to_load: tuple[str, str | None, tuple[str, ...], frozenset[str], str | None] | None = (
             recipe, cluster, tuple(nodes), frozenset(overrides), run_id)
         self.load_error: Exception | None = None  # why a deferred load failed (the console then ends)
         self._switch_hold: Callable[[], None] | None = None  # ends switch_mode's repaint hold (delay_update)
@@ -131,7 +131,8 @@ class ConsoleApp(App[int]):
             from ..core.config.paths import find_recipe
 
             find_recipe(recipe)  # an unknown name is still reported before the screen opens
-            find_cluster(cluster)
+            if cluster is not None:  # (None: the current context, read with the rest)
+                find_cluster(cluster)
         else:
             self._load()
 
@@ -169,8 +170,7 @@ class ConsoleApp(App[int]):
         self.assessment = self.design.assess(self.workspace)
         self.runs = RunController(self)  # the attached run (one at a time): see run_control.py
         self._load_contexts()
-        # (the shown context's controller, whichever it is when the launch is asked for: contexts.py)
-        self.launch_handler = self._launch_handler or (lambda a: self.runs.launch_run(a))
+        self.launch_handler = self._launch_handler or self.launch_shown
         self._initial_run = None
         if run_id:
             from ..core.run.run import Run
@@ -233,6 +233,7 @@ class ConsoleApp(App[int]):
         from .screens.loading import LoadingScreen
 
         recipe, cluster = self._to_load[:2] if self._to_load else ("", "")
+        cluster = cluster or "the current context"
         return LoadingScreen(self.views, Path(recipe).stem if recipe.endswith((".yaml", ".yml")) else recipe,
                              Path(cluster).stem if cluster.endswith((".yaml", ".yml")) else cluster)
 
@@ -469,10 +470,10 @@ class ConsoleApp(App[int]):
             return ""
         book = self.contexts
         r = book.reach.get(book.current)
-        mark = "" if r is None else " [$text-success]●[/]" if r.answers else " [$text-error]✗ no answer[/]"
+        mark = "" if r is None else " [$text-success]●[/]" if r.answers else " [$text-error]× no answer[/]"
         others = book.names()[1:]
         down = [n for n in others if (o := book.reach.get(n)) is not None and not o.answers]
-        more = (f" [$text-muted]+{len(others)}[/]" if others else "") + (f" [$text-error]✗{len(down)}[/]" if down
+        more = (f" [$text-muted]+{len(others)}[/]" if others else "") + (f" [$text-error]×{len(down)}[/]" if down
                                                                          else "")
         return f"[@click=app.contexts][$text-muted]ctx[/] [b]{escape(book.current)}[/b]{mark}{more}[/]"
 
@@ -522,6 +523,11 @@ class ConsoleApp(App[int]):
             self.runs.request_teardown(run_id)
         else:
             self.runs.open_run(run_id)
+
+    def launch_shown(self, a: Assessment) -> Awaitable[None]:
+        """The default launch handler: the shown context's run controller launches (whichever context is shown
+        when the launch is asked for)."""
+        return self.runs.launch_run(a)
 
     def action_contexts(self) -> None:
         from .screens.contexts import ContextScreen
@@ -832,18 +838,15 @@ def _run_design(run_id: str) -> tuple[str | None, str | None]:
     return None, None
 
 
-def console_options(cluster: str | None, recipe: str | None, run_id: str | None) -> tuple[str, str, bool]:
-    """(recipe, cluster, ask) for the console: the demo unless told otherwise; a cluster without a
+def console_options(cluster: str | None, recipe: str | None, run_id: str | None) -> tuple[str, str | None, bool]:
+    """(recipe, cluster, ask) for the console: the demo recipe on the current context (None: the clusters file's
+    `current:`, else the demo cluster, read after the first frame) unless told otherwise; a cluster without a
     recipe opens the Open screen on that cluster, but `--run` always wins: it opens that run."""
     if run_id and recipe is None:
         run_recipe, run_cluster = _run_design(run_id)
         if cluster is None or cluster == run_cluster:
             recipe, cluster = run_recipe, run_cluster or cluster
     ask = cluster is not None and recipe is None and not run_id
-    if cluster is None:  # the clusters file's current context, else the demo's
-        from ..core.config.clusters import current_context
-
-        cluster = current_context()
     return recipe or DEMO_RECIPE, cluster, ask
 
 

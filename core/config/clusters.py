@@ -25,13 +25,18 @@ import os
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import yaml
-
-from .cluster import Cluster, cluster_from_doc, load_cluster
 from .errors import AtomdeckError, ConfigError, ConfigIssue
 from .paths import config_dir, find_cluster, recipes_dir
-from .yamlio import YamlDoc, read_yaml
+
+# Light at import (the console's first frame is drawn before pydantic and YAML are imported: tui/app.py): the
+# models and the YAML reader are imported where a file is read.
+if TYPE_CHECKING:
+    import yaml
+
+    from .cluster import Cluster
+    from .yamlio import YamlDoc
 
 DEFAULT_CONTEXT = "local"  # the demo: what a command works on when nothing is named or current
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
@@ -65,6 +70,8 @@ class ClusterRef:
 
 def _entry_nodes(doc: YamlDoc) -> dict[str, yaml.Node]:
     """The YAML node of each entry under `clusters:` (for line numbers inside the entry)."""
+    import yaml
+
     out: dict[str, yaml.Node] = {}
     root = doc.root
     if not isinstance(root, yaml.MappingNode):
@@ -80,6 +87,9 @@ def _entry_nodes(doc: YamlDoc) -> dict[str, yaml.Node]:
 def parse_clusters_doc(doc: YamlDoc) -> ClustersFile:
     """Validate a clusters file: its two keys, each entry as a cluster, `current` naming a cluster. Every
     problem is collected and raised at once (ConfigError), each with its key path and line."""
+    from .cluster import Cluster, cluster_from_doc
+    from .yamlio import YamlDoc
+
     src = doc.source
     issues: list[ConfigIssue] = []
 
@@ -147,6 +157,8 @@ def read_clusters_file(path: Path | None = None) -> ClustersFile | None:
             raise AtomdeckError(f"ATOMDECK_CLUSTERS={path} does not exist; write the clusters file there or unset "
                                 "ATOMDECK_CLUSTERS")
         return None
+    from .yamlio import read_yaml
+
     return parse_clusters_doc(read_yaml(path))
 
 
@@ -186,6 +198,8 @@ def find(spec: str) -> ClusterRef:
 
 def load(spec: str) -> tuple[Cluster, Path]:
     """The cluster a name or a path means, validated, and the file it came from."""
+    from .cluster import load_cluster
+
     ref = find(spec)
     if ref.in_clusters_file:
         cf = read_clusters_file(ref.path)
@@ -198,6 +212,8 @@ def load(spec: str) -> tuple[Cluster, Path]:
 
 
 def _looks_like_clusters_file(path: Path) -> bool:
+    import yaml
+
     try:
         data = yaml.safe_load(path.read_text())
     except (OSError, yaml.YAMLError):

@@ -250,6 +250,68 @@ def _launching_run(seconds: int) -> Step:
     return shot
 
 
+CLUSTERS = """\
+# ~/.config/atomdeck/clusters.yaml: the operator's clusters, one file
+current: local
+clusters:
+  gpu-east:
+    description: MI355X, Slurm through its login host
+    launcher: slurm
+    login: {host: east-login}
+    partition: gpu
+  gpu-west:
+    description: MI300X, Slurm through its login host
+    launcher: slurm
+    login: {host: west-login}
+"""
+
+
+def _answers(app, **down: str) -> None:
+    """What each open cluster answered (made up: the shots never ask a cluster); `down`: name -> why not."""
+    from atomdeck.core.run.reach import Reach
+
+    for name in app.contexts.names():
+        why = down.get(name.replace("-", "_"))
+        app.contexts.reach[name] = Reach(name, why is None, why or "this machine", 0.1, CLOCK.timestamp())
+    app.clear_notifications()
+    app.contexts_changed()
+
+
+async def _two_clusters(pilot) -> None:
+    """Two clusters open: a run watched on each (the lab's Slurm controller stopped), and a stopped run."""
+    from atomdeck.core.config.paths import config_dir
+
+    app = pilot.app
+    config_dir().mkdir(parents=True, exist_ok=True)
+    (config_dir() / "clusters.yaml").write_text(CLUSTERS)
+    here = _fake("serving")
+    _fake("crashed")
+    lab = _fake("hung", "demo-2p1d")
+    lab.rd.write_json("run.json", {**lab.rd.meta(), "cluster": "lab", "launcher": "slurm", "job_id": "4817"})
+    app.switch_context("lab")
+    app.runs.attach(lab, watch=False)
+    app.live.watching = True
+    app.switch_context("local")
+    app.runs.attach(here, watch=False)
+    app.live.watching = True
+    _answers(app, lab="the Slurm controller does not answer (this machine: Slurmctld(primary) at ctl is DOWN)")
+    await pilot.pause()
+
+
+def _runs_across(pilot_keys: tuple[str, ...] = ("5",)) -> Step:
+    async def step(pilot) -> None:
+        await _two_clusters(pilot)
+        await pilot.press(*pilot_keys)
+        await pilot.pause(0.3)
+    return step
+
+
+async def _contexts(pilot) -> None:
+    await _two_clusters(pilot)
+    await pilot.press("colon", *"ctx", "enter")
+    await pilot.pause(0.3)
+
+
 def _keys(*keys: str) -> Step:
     async def step(pilot) -> None:
         await pilot.press(*keys)
@@ -298,6 +360,12 @@ SHOTS: dict[str, tuple[dict, tuple[int, int], Step]] = {
                                   _launching("Slurm job 48213 is PENDING (Resources); waiting up to 120 s for it "
                                              "to start", 37)),
     "36-launch-counting-100x30": ({}, SMALL, _launching_run(2)),
+    # several clusters (tui/contexts.py): the lab's made-up run is watched in its context while local's is shown
+    "37-runs-two-clusters": ({"fetch": _offline, "ask_clusters": False}, BIG, _runs_across()),
+    "38-runs-two-clusters-100x30": ({"fetch": _offline, "ask_clusters": False}, SMALL, _runs_across()),
+    "39-contexts-switcher": ({"fetch": _offline, "ask_clusters": False}, BIG, _contexts),
+    "40-contexts-switcher-100x30": ({"fetch": _offline, "ask_clusters": False}, SMALL, _contexts),
+    "41-run-header-context-100x30": ({"fetch": _offline, "ask_clusters": False}, SMALL, _runs_across(("4",))),
 }
 
 

@@ -57,7 +57,7 @@ async def test_the_default_launch_handler_is_the_run_engine():
     """Without a handler given, a confirmed launch goes to core's Run.launch (tests/tui/test_run_*.py
     drive it for real); here nothing is launched."""
     app = make_app()
-    assert app.launch_handler == app.runs.launch_run
+    assert app.launch_handler == app.launch_shown  # the shown context's RunController.launch_run
     async with app.run_test(size=SIZE) as pilot:
         await ready(pilot)
         await pilot.press("3", "L", "n")

@@ -43,16 +43,28 @@ def context_rows(console: Console) -> tuple[list[dict], str]:
         rows.append({"name": name, "shown": name == book.current, "open": name in book.names(),
                      "launcher": cluster.launcher if cluster else "", "answers": None if r is None else r.answers,
                      "detail": r.detail if r else "", "run": watched.get(name, ""),
-                     "source": ref.source if ref else "(a run's cluster)"})
+                     "source": _where(ref) if ref else "(a run's cluster)",
+                     "description": cluster.description if cluster else ""})
     return rows, problem
+
+
+def _where(ref) -> str:
+    """Where a cluster is defined, short: the clusters file's entry, a file of the user's, a shipped example."""
+    from pathlib import Path
+
+    from ...core.config.paths import recipes_dir
+
+    if ref.in_clusters_file:
+        return f"clusters file: {ref.name}"
+    if ref.path.resolve().is_relative_to(recipes_dir().resolve()):
+        return f"shipped: {ref.path.name}"
+    home = str(Path.home())
+    text = str(ref.path)
+    return "~" + text[len(home):] if text.startswith(home + "/") else text
 
 
 class ContextScreen(ModalScreen[None]):
     BINDINGS = bindings.CONTEXTS
-    DEFAULT_CSS = """
-    ContextScreen #contexts-box { width: 90%; max-width: 150; height: auto; max-height: 80%; }
-    ContextScreen #contexts-table { height: auto; max-height: 20; }
-    """
 
     def __init__(self) -> None:
         super().__init__(classes="dialog")
@@ -114,12 +126,14 @@ class ContextScreen(ModalScreen[None]):
             out.append(problem + "\n", style="bold red")
         if row is not None:
             out.append(row["name"], style="bold")
+            if row["description"]:
+                out.append(f"  {row['description']}")
             if row["answers"] is False:
-                out.append(f"  does not answer: {row['detail']}", style="red")
+                out.append(f"\ndoes not answer: {row['detail']}", style="red")
             elif row["answers"]:
-                out.append(f"  answers ({row['detail']})", style="dim")
+                out.append(f"\nanswers ({row['detail']})", style="dim")
             else:
-                out.append("  not asked yet" if row["open"] else "  not open here: asked once shown", style="dim")
+                out.append("\nnot asked yet" if row["open"] else "\nnot open here: asked once shown", style="dim")
             out.append("\n* shown · ● open here, its run watched", style="dim")
         self.query_one("#contexts-detail", Static).update(out)
 
@@ -141,10 +155,6 @@ class CommandPrompt(ModalScreen[None]):
     """The `:` line of k9s: ctx, ctx NAME, or a view's name."""
 
     BINDINGS = [bindings.CONTEXTS[1]]
-    DEFAULT_CSS = """
-    CommandPrompt { align: center top; }
-    CommandPrompt #command-box { width: 60; height: auto; margin-top: 2; }
-    """
 
     def __init__(self) -> None:
         super().__init__(classes="dialog")

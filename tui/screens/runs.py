@@ -167,7 +167,7 @@ class RunsScreen(ViewScreen):
         cluster = Text(str(m.get("cluster", "")))
         reach = self.console.contexts.reach.get(str(m.get("cluster")))
         if reach is not None and not reach.answers:
-            cluster.append(" ✗", style=self._color("error"))
+            cluster.append(" ×", style=self._color("error"))
         return [Text(mark, style="bold"), Text(m["id"], style="bold"),
                 Text(status, style=self._color(status)), Text(str(m.get("recipe", ""))),
                 cluster, Text(str(m.get("launcher", ""))), Text(when),
