@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Protocol
 
 import pytest
-from atomdeck.tui.protocols import Console, ControllerHost, DrillHost, RunSide
+from atomdeck.tui.protocols import Console, ContextSide, ControllerHost, DrillHost, RunSide
 
 from .conftest import make_app
 
@@ -43,3 +43,8 @@ def test_a_member_the_app_lacks_is_found():
         def no_such_thing(self) -> None: ...
 
     assert lacks(make_app(), Wider) == ["no_such_thing"]
+
+
+def test_the_context_book_is_what_the_views_read_of_the_contexts():
+    app = make_app()
+    assert lacks(app.contexts, ContextSide) == []
