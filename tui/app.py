@@ -351,6 +351,14 @@ class ConsoleApp(App[int]):
         from ..core.design.workspace import load_workspace
 
         ws = load_workspace(recipe, cluster)
+        if ws.cluster.name != self.contexts.current:  # another cluster: its context (this one's run stays watched)
+            self.contexts.switch(ws.cluster.name, workspace=ws)
+            self.named_nodes, self.inventory_at = [], None
+            self._redraw()
+            self.refresh_inventory()
+            self.runs.poke()
+            self.contexts_changed()
+            return
         same_cluster = ws.cluster == self.workspace.cluster
         if same_cluster:  # keep the inventory we have; the refresh below updates it
             ws.inventory, ws.inventory_note = self.workspace.inventory, self.workspace.inventory_note

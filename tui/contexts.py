@@ -74,12 +74,15 @@ class ContextBook:
         return out
 
     # -- switching -------------------------------------------------------------------------------
-    def switch(self, name: str, run_dir: Path | None = None) -> None:
+    def switch(self, name: str, run_dir: Path | None = None, workspace: Workspace | None = None) -> None:
         """Show context `name`: the one left keeps its design, its run and its watcher. A context shown for
         the first time is loaded: the cluster by name (the clusters file, then the cluster files), with the
         recipe being designed (or, for a run's cluster, the run's recipe; a cluster known only from a run
-        directory is read from there). Raises AtomdeckError, leaving the current context as it was."""
+        directory is read from there). `workspace`: show this one (the Open screen's) on that cluster, its run
+        controller kept when the context is open already. Raises AtomdeckError, leaving the current context as
+        it was."""
         from ..core.config.errors import AtomdeckError
+        from ..core.design.draft import Design
 
         if name == self.current:
             return
@@ -87,7 +90,12 @@ class ContextBook:
             raise AtomdeckError("a launch is in progress; switch clusters when it has started (4 Run shows it)")
         target = self.parked.get(name)
         if target is None:
-            target = self._load(name, run_dir)
+            from .run_control import RunController
+
+            target = (Parked(workspace, Design(workspace.recipe), None, RunController(self.app, name), [], None)
+                      if workspace is not None else self._load(name, run_dir))
+        elif workspace is not None:
+            target = Parked(workspace, Design(workspace.recipe), None, target.runs, [], None)
         app = self.app
         self.parked.pop(name, None)
         self.parked[self.current] = Parked(app.workspace, app.design, app.assessment, app.runs,

@@ -248,3 +248,21 @@ async def test_an_unknown_context_is_said_and_nothing_changes():
         await command(pilot, "runs")
         await pilot.pause()
         assert isinstance(app.screen, RunsScreen)
+
+
+async def test_opening_another_cluster_opens_its_context_and_keeps_this_ones_run():
+    write_clusters()
+    from tests.tui.fakerun import fake_run
+
+    app = make_app()
+    async with app.run_test(size=BIG) as pilot:
+        await ready(pilot)
+        live = app.runs.attach(fake_run("serving"), watch=False)
+        app.open_workspace("demo-2p1d", "second")  # the Open screen's choice
+        await pilot.pause()
+        assert app.contexts.current == "second" and app.live is None
+        assert app.design.recipe.name == "demo-2p1d" and app.contexts.parked["local"].runs.live is live
+        app.open_workspace("demo-1p1d", "local")  # back: the same context, its run, the recipe chosen
+        await pilot.pause()
+        assert app.contexts.names() == ["local", "second"] and app.live is live
+        assert app.design.recipe.name == "demo-1p1d"
