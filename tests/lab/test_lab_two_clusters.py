@@ -2,7 +2,8 @@
 one console at the same time, a run on each; then the lab's login host unreachable: the lab-login cluster is
 marked as not answering while the demo's run is still watched and the keys go on.
 
-Needs both locks: `flock /tmp/atomdeck-lab.lock flock /tmp/atomdeck-demo.lock pytest tests/lab/test_lab_two_clusters.py`
+The demo runs on the demo's own settings but on loopback addresses of its own (127.0.0.61-62, `demo-b` in the
+clusters file), so only the lab's lock is needed: `flock /tmp/atomdeck-lab.lock pytest tests/lab/test_lab_two_clusters.py`
 (the login host's link is taken down for a moment, under the lab's lock, and put back whatever happens)."""
 
 from __future__ import annotations
@@ -31,6 +32,20 @@ def _fast(monkeypatch):
     monkeypatch.setenv("USER", "operator")
 
 
+DEMO_B = """\
+current: demo-b
+clusters:
+  demo-b:
+    description: the demo cluster's settings on loopback addresses of its own
+    launcher: local
+    node_ip: {method: static}
+    simulator: {enabled: true}
+    nodes:
+      - {name: demo-b-n01, addr: 127.0.0.61, gpus: 8}
+      - {name: demo-b-n02, addr: 127.0.0.62, gpus: 8}
+"""
+
+
 def header(app) -> str:
     return text_of(app.screen.query_one(ContextBar).query_one("#ctx"))
 
@@ -47,8 +62,8 @@ async def launch_here(pilot, app) -> None:
 async def test_the_lab_and_the_demo_watched_from_one_console(lab):
     path = config_dir() / "clusters.yaml"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("current: local\nclusters: {}\n")  # the shipped lab and local clusters, by name
-    app = ConsoleApp("demo-1p1d", "local", refresh_s=None, clock=datetime.now, ask_clusters=True)
+    path.write_text(DEMO_B)  # and the shipped lab and lab-login clusters, by name
+    app = ConsoleApp("demo-1p1d", "demo-b", refresh_s=None, clock=datetime.now, ask_clusters=True)
     try:
         async with app.run_test(size=BIG) as pilot:
             await settle(pilot)
@@ -82,7 +97,7 @@ async def test_the_lab_and_the_demo_watched_from_one_console(lab):
             assert isinstance(screen, RunsScreen)
             table = screen.query_one(DataTable)
             rows = {str(r.value): table.get_row(r.value) for r in table.rows}
-            assert str(rows[demo.id][4]) == "local" and str(rows[on_lab.id][4]) == "lab"
+            assert str(rows[demo.id][4]) == "demo-b" and str(rows[on_lab.id][4]) == "lab"
             assert str(rows[on_lab.id][0]) == "●" and str(rows[demo.id][0]) == "○"
 
             # the lab's login host unreachable: lab-login does not answer, marked; the rest goes on
@@ -105,9 +120,9 @@ async def test_the_lab_and_the_demo_watched_from_one_console(lab):
                 assert isinstance(app.screen, RunsScreen)
             finally:
                 lab.link_up("mia1-login")
-            assert app.switch_context("local")
+            assert app.switch_context("demo-b")
             await pilot.pause()
-            assert app.live is demo and "ctx local" in header(app)
+            assert app.live is demo and "ctx demo-b" in header(app)
             await pilot.press("q")
             await pilot.pause()
     finally:
