@@ -103,6 +103,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .forensics_verbs import add_parser as add_snapshot
 
     add_snapshot(sub)
+    from .action_verbs import add_parsers as add_actions
+
+    add_actions(sub)
 
     from .interop_verbs import add_parser as add_interop
 
@@ -143,6 +146,8 @@ def main(argv: list[str] | None = None) -> int:
             from . import drill_verbs as verbs  # type: ignore[no-redef]
         elif args.cmd == "snapshot":
             from . import forensics_verbs as verbs  # type: ignore[no-redef]
+        elif args.cmd in ("restart", "remove", "add"):
+            from . import action_verbs as verbs  # type: ignore[no-redef]
         elif args.cmd in ("import", "export"):
             from . import interop_verbs as verbs  # type: ignore[no-redef]
         else:

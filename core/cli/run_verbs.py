@@ -161,7 +161,11 @@ def status_text(run: Run, state: RunState) -> str:
         alive = {True: "alive", False: "dead", None: "?"}[p.alive]
         since = f"{now - p.since:.0f}s" if p.since else ""
         extra = f" exit {p.exit_code}" if p.exit_code is not None else ""
+        extra += f", restarted {p.restarts}x" if p.restarts else ""
+        extra += " (removed)" if p.removed else ""
         lines.append(f"  {p.name:12} {p.node:16} {p.stage:14} {since:>6} {alive}{extra}")
+        if p.action:
+            lines.append(f"    action: {p.action}")
         if p.health_detail:
             lines.append(f"    {p.health_detail}")
     lines.append("barrier:")
@@ -181,8 +185,24 @@ def status_text(run: Run, state: RunState) -> str:
         for check in state.checks.values():
             ok = "ok" if check.ok else "FAIL" if check.ok is False else ".."
             lines.append(f"  {check.name:18} {ok}  {check.detail[:100]}")
+    lines += action_lines(state)
     lines += storage_lines(run, state)
     return "\n".join(lines)
+
+
+def action_lines(state: RunState, last: int = 10) -> list[str]:
+    """The run's actions (restart, remove, add), newest last: when, on what, by whom, how it ended."""
+    if not state.actions:
+        return []
+    out = ["actions:"]
+    for a in sorted(state.actions.values(), key=lambda a: a.started)[-last:]:
+        when = time.strftime("%H:%M:%S", time.localtime(a.started))
+        took = f" in {a.since - a.started:.1f}s" if a.outcome and a.since >= a.started else ""
+        end = f"{a.outcome}{took}" if a.outcome else f"running: {a.step}"
+        lines = f"  {when} {a.kind:8} {a.target:12} {end}: {a.detail[:110]}".rstrip(": ")
+        out.append(lines)
+        out.append(f"           by {a.source}")
+    return out
 
 
 def storage_lines(run: Run, state: RunState) -> list[str]:

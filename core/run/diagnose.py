@@ -162,6 +162,12 @@ def _diagnose(s: RunState, now: float | None = None) -> Diagnosis:
                              pr.decode)
     failed_checks = [c for c in s.checks.values() if c.ok is False]
     sick = [f"node {n} is {detail or state}" for n, (state, detail, _) in s.conns.items() if state != "ok"]
+    acting = [a for a in s.actions.values() if a.running and a.target in s.procs]
+    if acting and s.status in LIVE:
+        words = [f"{a.target} on {s.procs[a.target].node}: {a.kind} by {a.source}, {s.procs[a.target].action} "
+                 f"({_ago(a.started, now)})" for a in sorted(acting, key=lambda a: a.started)]
+        return Diagnosis(f"degraded: {words[0]}", [], words + [describe_proc(s.procs[a.target], now) for a in acting],
+                         acting[0].target)
     unwell = sorted((p for p in s.procs.values() if p.stage in HEALTH_STAGES), key=lambda p: p.since or now)
     if unwell:
         first = unwell[0]

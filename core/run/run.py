@@ -34,6 +34,8 @@ from .barrier import BarrierProber
 from .checks import check_free
 from .diagnose import diagnose
 from .events import Event, RunState, fresh_state, replay
+from .intents import Intent, expected_exit
+from .intents import read_all as read_intents
 from .logspace import LogSpace
 from .rundir import RunDir
 from .runfiles import new_run_dir, record_facts, write_plan_files
@@ -41,7 +43,7 @@ from .watchers import Watchers, keep_going, raise_open_files_limit
 
 DEFAULT_GRACE = 10.0
 PERSIST = {"proc.started", "proc.stage", "proc.health", "proc.exit", "proc.error", "cell", "pair", "check", "run",
-           "teardown", "conn", "note", "storage"}
+           "teardown", "conn", "note", "storage", "action", "proc.reset", "proc.removed", "proc.added"}
 STORAGE_TICK_S = 2.0  # while watching: write what waits in an unwritable run directory, or find it unwritable
 LOG_SPACE_EVERY = 5  # ticks between checks of the log directories where they live (a command per node)
 
@@ -308,7 +310,8 @@ class Run:
         """Apply each event in order; the ones that changed the state and are kept go to events.jsonl in one
         write (a launch's 129 'started' were 129 opens and writes in the loop), then the listeners hear each."""
         changed = [e for e in events if self.state.apply(e)]
-        self.rd.append_events([e for e in changed if e.kind in PERSIST])
+        # (an action's step another session recorded and this one only saw in its record is not written again)
+        self.rd.append_events([e for e in changed if e.kind in PERSIST and not e.data.get("seen")])
         news = self.rd.news(self.state)  # the directory could not take them (or takes them again): said once
         if news is not None and self.state.apply(news):
             self.rd.append_events([news])
@@ -318,6 +321,18 @@ class Run:
             for e in changed:
                 for fn in list(self.listeners):
                     fn(e)
+
+    def expected_exit(self, name: str) -> Intent | None:
+        """The action (of any session) stopping this process on purpose now, if one is."""
+        return expected_exit(self.rd.path, name)
+
+    def intents(self) -> dict[str, Intent]:
+        """Every action's record (running, ended, or cut short), by process."""
+        return read_intents(self.rd.path)
+
+    def saved_handle(self, name: str) -> ProcHandle | None:
+        """The process's handle as its file says now (a restart by any session writes a new one)."""
+        return self.rd.handle(name)
 
     def torn_down_elsewhere(self) -> bool:
         """Another session (a console, `atomdeck down`) is tearing this run down, or has."""

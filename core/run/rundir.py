@@ -216,6 +216,10 @@ class RunDir:
                 continue
         return out
 
+    def handle(self, name: str) -> ProcHandle | None:
+        """One process's handle as saved now (a restart writes a new one)."""
+        return next((h for h in self.handles() if h.name == name), None)
+
     def log_path(self, name: str) -> Path:
         return self.path / "logs" / f"{name}.log"
 

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from ..barrier import checkpoint
 from ..diagnose import diagnose
 from ..events import HEALTH_STAGES, LIVE, Event, RunState
+from .actions import ActionWatcher
 from .base import RunHost, cancel_all, keep_going
 from .binding import BindWatcher
 from .health import ServingHealth
@@ -64,6 +65,7 @@ class Watchers:
         self.binding = BindWatcher(run, self)
         self.health = ServingHealth(run, self)
         self.metrics = MetricsWatcher(run, self)
+        self.actions = ActionWatcher(run, self)
 
     def settle(self) -> None:
         """After a health change: the run is degraded while an endpoint is unresponsive or stalled or a
@@ -72,7 +74,7 @@ class Watchers:
         s = run.state
         if s.status not in LIVE or run.stopping:
             return
-        sick = [p for p in s.procs.values() if p.stage in HEALTH_STAGES]
+        sick = [p for p in s.procs.values() if p.stage in HEALTH_STAGES or (p.action and not p.removed)]
         broken = [pr for pr in s.pairs.values() if pr.stage == "failed"]
         if sick or broken:
             run._set_status("degraded", diagnose(s).headline)
@@ -96,7 +98,8 @@ class Watchers:
                   asyncio.create_task(keep("node health", self.nodes.poll), name="nodes"),
                   asyncio.create_task(keep("ready-but-not-bound checks", self.binding.watch), name="binding"),
                   asyncio.create_task(keep("health checks", self.health.watch), name="health"),
-                  asyncio.create_task(keep("metrics", self.metrics.watch), name="metrics")]
+                  asyncio.create_task(keep("metrics", self.metrics.watch), name="metrics"),
+                  asyncio.create_task(keep("actions", self.actions.watch), name="actions")]
         conn_hook = getattr(run.launcher, "on_connection_state", None)
         if conn_hook is not None:
             conn_hook(lambda node, state, reason: run.emit(Event("conn", node, "ok" if state == "up" else state,
@@ -144,6 +147,7 @@ class Watchers:
         """One pass of every watcher (for `atomdeck status`): liveness, new log lines, ports, then a
         bounded live pass of the health checks and two metric scrapes (at most `live` seconds)."""
         await self.logs.refresh()
+        self.actions.look()
         await self.barrier.probe_once()
         if self.run.state.status == "starting" and not self.run.stopping:
             await self.finish_start(live)

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from ...config.recipe import Recipe
     from ...design.plan import Plan
     from ...launch.base import Launcher, ProcHandle
+    from ..intents import Intent
 
 
 class RunHost(Protocol):
@@ -43,6 +44,12 @@ class RunHost(Protocol):
     def save_offsets(self) -> None: ...
 
     def torn_down_elsewhere(self) -> bool: ...
+
+    def expected_exit(self, name: str) -> Intent | None: ...
+
+    def saved_handle(self, name: str) -> ProcHandle | None: ...
+
+    def intents(self) -> dict[str, Intent]: ...
 
     def redact(self, line: str) -> str: ...
 
@@ -85,6 +92,8 @@ class _Pairs(Protocol):  # pairs.py's HandshakeWatcher
     def on_line(self, name: str, role: str, value: str, line: str) -> None: ...
 
     async def checks(self) -> None: ...
+
+    def again(self, name: str) -> None: ...
 
 
 class _Health(Protocol):  # health.py's ServingHealth

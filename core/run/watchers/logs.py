@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from .base import WatcherGroup as Watchers  # (the package imports this module)
 
 YEAR = 3600 * 24 * 365
+HANDLE_POLL_S = 0.2  # a process stopped by an action: how often its handle file is read for the new process
 
 
 class LogWatcher:
@@ -26,8 +27,28 @@ class LogWatcher:
         self.group = group
 
     async def watch_proc(self, name: str) -> None:
+        """Follow one process until the watch ends: its log, and how it ended. A process an action stops on
+        purpose (a restart, by this session or another: core/run/intents.py) is "stopped", not failed, and the
+        new process the action starts is followed in its place."""
         run = self.run
-        h = run.handles[name]
+        while True:
+            h = run.handles[name]
+            p = run.state.procs[name]
+            if h.pid and p.pid != h.pid and p.stage in TERMINAL and not p.removed:
+                # an action started it again while no session watched (its session was killed): follow it
+                run.emit(Event("proc.reset", name, "", f"started again (pid {h.pid})", {"pid": h.pid}))
+                run.emit(Event("proc.started", name, "", f"pid {h.pid} on {h.node}", {"pid": h.pid}))
+            new = await self._follow(name, h)
+            if new is None:
+                return
+            run.handles[name] = new
+            run.emit(Event("proc.reset", name, "", f"started again (pid {new.pid})", {"pid": new.pid}))
+            run.emit(Event("proc.started", name, "", f"pid {new.pid} on {new.node}", {"pid": new.pid}))
+            self.group.pairs.again(name)
+
+    async def _follow(self, name: str, h: ProcHandle) -> ProcHandle | None:
+        """One process's life; the handle of the process an action started in its place, if one did."""
+        run = self.run
         tail = asyncio.create_task(keep_going(run.emit, f"reading {name}'s log", lambda: self.tail(name, h)))
         try:
             p = run.state.procs[name]
@@ -40,16 +61,36 @@ class LogWatcher:
             last = list(run.state.procs[name].last_lines)[-10:]
             if not run.stopping and run.torn_down_elsewhere():
                 run.stopping = True
-            value = "stopped" if run.stopping else "failed"
-            detail = status.detail if status.exit_code != 0 or run.stopping else "exited 0 unexpectedly"
+            intent = None if run.stopping else run.expected_exit(name)
+            value = "stopped" if run.stopping or intent is not None else "failed"
+            detail = status.detail if status.exit_code != 0 or value == "stopped" else "exited 0 unexpectedly"
+            if intent is not None:
+                detail = f"{detail}: stopped for the {intent.kind} by {intent.source}"
             run.emit(Event("proc.exit", name, value, detail, {"code": status.exit_code, "last_lines": last}))
             self.group.barrier.wake(h.node)
-            if not run.stopping:
+            if intent is not None:
+                new = await self._next_handle(name, h)
+                if new is not None:
+                    return new
+            elif not run.stopping:
                 run._fail()
             tail = asyncio.create_task(self.tail(name, h))  # a few more lines may come over slow links
             await asyncio.sleep(YEAR)
+            return None
         finally:
             await cancel_all([tail])
+
+    async def _next_handle(self, name: str, old: ProcHandle) -> ProcHandle | None:
+        """The process an action starts in place of `old` (its handle file names another PID), or None once
+        no action on it runs any more."""
+        while True:
+            h = self.run.saved_handle(name)
+            if h is not None and h.pid and (h.pid, h.node) != (old.pid, old.node):
+                return h
+            if self.run.expected_exit(name) is None:
+                h = self.run.saved_handle(name)  # (it may have been written just before the action ended)
+                return h if h is not None and h.pid and h.pid != old.pid else None
+            await asyncio.sleep(HANDLE_POLL_S)
 
     async def tail(self, name: str, h: ProcHandle) -> None:
         """Follow the log. The lines a read hands over in one go (up to 256 between two turns of the loop)

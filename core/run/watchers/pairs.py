@@ -104,6 +104,13 @@ class HandshakeWatcher:
             elif value == "failed" and pr.stage != "transferred":
                 run.emit(Event("pair", pr.key, "failed", line.strip()[:300]))
 
+    def again(self, name: str) -> None:
+        """A process started again (a restart): its pairs' paths are probed at the next pass, not REPROBE_S
+        after the last probe of their consumer."""
+        for pr in self.run.state.pairs.values():
+            if name in (pr.prefill, pr.decode):
+                self.probed_at.pop(pr.decode, None)
+
     # ---------------------------------------------------------------------------------- periodic checks
     async def checks(self) -> None:
         """Registered pairs: probe the producer's handshake ports from the consumer's node. Then the
