@@ -159,6 +159,8 @@ def status_text(run: Run, state: RunState) -> str:
         lines.append(f"  {p.name:12} {p.node:16} {p.stage:14} {since:>6} {alive}{extra}")
         if p.health_detail:
             lines.append(f"    {p.health_detail}")
+        if p.supervisor_gone and p.alive is not False:
+            lines.append(f"    {p.supervisor_gone}")
     lines.append("barrier:")
     for c in state.cells.values():
         mark = {"open": "OK", "closed": "CLOSED"}.get(c.state, "--")

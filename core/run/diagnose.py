@@ -153,6 +153,8 @@ def diagnose(s: RunState, now: float | None = None) -> Diagnosis:
                              pr.decode)
     failed_checks = [c for c in s.checks.values() if c.ok is False]
     sick = [f"node {n} is {detail or state}" for n, (state, detail, _) in s.conns.items() if state != "ok"]
+    sick += [f"{p.supervisor_gone} (on {p.node})" for p in s.procs.values()
+             if p.supervisor_gone and p.alive is not False and p.stage not in TERMINAL]
     unwell = sorted((p for p in s.procs.values() if p.stage in HEALTH_STAGES), key=lambda p: p.since or now)
     if unwell:
         first = unwell[0]

@@ -30,8 +30,8 @@ LIVE = ("serving", "degraded")  # the run was up; degraded = an endpoint is unre
 class Event:
     """One thing that happened. `kind` picks the part of the state it changes."""
 
-    kind: str  # proc.started | proc.stage | proc.health | proc.exit | proc.line | cell | pair | check | run |
-    # teardown | conn | note | metrics
+    kind: str  # proc.started | proc.stage | proc.health | proc.exit | proc.line | proc.supervisor | cell | pair |
+    # check | run | teardown | conn | note | metrics
     name: str = ""  # the subject: a process, "node:port", "prefill-0>decode-0", a check, a node
     value: str = ""  # the new stage/state/result
     detail: str = ""  # human words: why, the log line, the error
@@ -82,6 +82,10 @@ class ProcState:
     health_from: str = ""  # the stage left for a health stage (unresponsive, stalled), restored on recovery
     health_detail: str = ""  # why it is unresponsive/stalled: what was asked, alive or not, its state on the node
     recovered: str = ""  # the last recovery, in words
+    # its supervisor is gone while the engine lives on (the engine's own PID decides liveness): in words, and
+    # the engine's PID; "" while the supervisor is there
+    supervisor_gone: str = ""
+    engine_pid: int | None = None
 
     @property
     def order(self) -> tuple[str, ...]:
@@ -207,6 +211,14 @@ class RunState:
             return False
         p.stage, p.since = p.health_from or "serving", e.t
         p.health_from, p.health_detail, p.recovered = "", "", e.detail
+        return True
+
+    def _on_proc_supervisor(self, e: Event) -> bool:
+        """value: gone (the engine lives on without it; data: engine_pid)."""
+        p = self.procs.get(e.name)
+        if p is None or p.stage in TERMINAL or p.supervisor_gone == e.detail:
+            return False
+        p.supervisor_gone, p.engine_pid = e.detail, e.data.get("engine_pid")
         return True
 
     def _on_metrics(self, e: Event) -> bool:
