@@ -37,7 +37,7 @@ from .watchers import Watchers, keep_going, raise_open_files_limit
 
 DEFAULT_GRACE = 10.0
 PERSIST = {"proc.started", "proc.stage", "proc.health", "proc.exit", "proc.error", "cell", "pair", "check", "run",
-           "teardown", "conn", "note", "proc.supervisor"}
+           "teardown", "conn", "note", "proc.supervisor", "proc.parked"}
 
 
 def make_launcher(cluster: Cluster, run_id: str, run_dir: str, meta: dict | None = None) -> Launcher:
