@@ -12,13 +12,14 @@ import time
 from collections.abc import Coroutine
 from typing import Any
 
-from ..run.diagnose import diagnose
+from ..run.diagnose import diagnose, parked_words
 from ..run.events import LIVE, Event, RunState, jsonable
 from ..run.run import Run
 from ..run.rundir import RunDir
 from .output import fail, storage_notices, unsaved_notice
 
 _QUIET_KINDS = {"cell"}
+PARKED_SHOW_S = 10.0  # `atomdeck watch`: a decode's parked requests are shown again this often while any waits
 
 
 def _progress(t0: float):
@@ -146,17 +147,33 @@ def status_json(run: Run, state: RunState) -> dict:
             "details": d.details, "processes": jsonable(state.procs), "barrier": jsonable(state.cells),
             "handshake": jsonable(state.pairs), "checks": jsonable(state.checks), "metrics": jsonable(state.metrics),
             "storage": {"problems": dict(state.storage), "waiting": run.rd.waiting_words(),
-                        "unsaved": run.unsaved_words}}
+                        "unsaved": run.unsaved_words},
+            "as_of": dict(run.watchers.passed), "actions": jsonable(state.actions)}
+
+
+def _ago(t: float | None, now: float) -> str:
+    """How old a figure is, in words: "now", "3s ago", "2m ago"; "" when not known."""
+    if not t:
+        return ""
+    s = max(0.0, now - t)
+    return "now" if s < 1 else f"{s:.0f}s ago" if s < 120 else f"{s / 60:.0f}m ago"
 
 
 def status_text(run: Run, state: RunState) -> str:
+    """The run as this pass found it; each figure says how old it is (this pass's or an earlier session's)."""
     now = time.time()
     d = diagnose(state)
     meta = run.rd.meta()
+    passed = run.watchers.passed
+
+    def when(part: str) -> str:
+        return f" ({'this pass, ' if part in passed else ''}{_ago(passed.get(part), now) or 'not checked now'})"
+
     lines = [f"run {run.id}  recipe {meta.get('recipe')}  cluster {meta.get('cluster')} ({meta.get('launcher')})"
              + (f"  job {meta['job_id']}" if meta.get("job_id") else ""),
              f"status {state.status}: {state.readiness()}",
-             f"  {state.diagnosis if state.status in ('failed', *LIVE) else d.headline}", "processes:"]
+             f"  {state.diagnosis if state.status in ('failed', *LIVE) else d.headline}",
+             f"processes{when('processes')}:"]
     for p in state.procs.values():
         alive = {True: "alive", False: "dead", None: "?"}[p.alive]
         since = f"{now - p.since:.0f}s" if p.since else ""
@@ -168,23 +185,30 @@ def status_text(run: Run, state: RunState) -> str:
             lines.append(f"    action: {p.action}")
         if p.health_detail:
             lines.append(f"    {p.health_detail}")
-    lines.append("barrier:")
+        if p.supervisor_gone and p.alive is not False:
+            lines.append(f"    {p.supervisor_gone}")
+        if p.parked and p.alive is not False:
+            lines.append(f"    {p.parked}")
+    lines.append(f"barrier{when('barrier')}:")
     for c in state.cells.values():
         mark = {"open": "OK", "closed": "CLOSED"}.get(c.state, "--")
         lines.append(f"  {mark:6} {c.node}:{c.port:<6} {c.kind:9} {c.owner or ''}")
     if state.pairs:
-        lines.append("handshake:")
+        lines.append("handshake (from the logs; each stage since when it was reached):")
         for pr in state.pairs.values():
-            lines.append(f"  {pr.key:24} {pr.stage}" + (f": {pr.failed}" if pr.failed else ""))
+            lines.append(f"  {pr.key:24} {pr.stage}" + (f" {_ago(pr.since, now)}" if pr.since else "")
+                         + (f": {pr.failed}" if pr.failed else ""))
     if state.metrics:
-        lines.append("metrics:")
+        lines.append("metrics (each as scraped):")
         for name, m in state.metrics.items():
-            lines.append(f"  {name:12} {metrics_words(m)}")
+            lines.append(f"  {name:12} {metrics_words(m)} ({_ago(m.get('t'), now) or 'time unknown'})")
     if state.checks:
         lines.append("router checks:")
         for check in state.checks.values():
             ok = "ok" if check.ok else "FAIL" if check.ok is False else ".."
-            lines.append(f"  {check.name:18} {ok}  {check.detail[:100]}")
+            at = check.data.get("at") or check.since
+            live = " (this pass)" if check.name == "smoke:live" and "smoke" in passed else ""
+            lines.append(f"  {check.name:18} {ok}  {check.detail[:100]} ({_ago(at, now)}{live})")
     lines += action_lines(state)
     lines += storage_lines(run, state)
     return "\n".join(lines)
@@ -225,6 +249,8 @@ def metrics_words(m: dict) -> str:
     parts = []
     if m.get("source") == "atom":
         parts.append(f"{m.get('requests_running', 0):.0f} running, {m.get('requests_waiting', 0):.0f} waiting")
+        if parked := parked_words(m):
+            parts.append(parked)
         if "gen_tok_s" in m:
             parts.append(f"{m['gen_tok_s']:.1f} gen tok/s, {m.get('prompt_tok_s', 0):.1f} prompt tok/s")
         if "kv_cache_usage_ratio" in m:
@@ -246,10 +272,18 @@ def cmd_watch(args: argparse.Namespace) -> int:
     run = Run.open(args.run)
     t0 = time.time()
 
+    parked: dict[str, tuple[float, float]] = {}  # decode -> (count, when) last shown
+
     def show(e: Event) -> None:
         if args.json:
             print(e.to_json(), flush=True)
             return
+        if e.kind == "metrics" and "parked" in e.data:  # a decode's parked requests: at a change, and every
+            n, (was, at) = e.data.get("parked") or 0, parked.get(e.name, (0, 0.0))  # PARKED_SHOW_S while any
+            if n == was and (not n or e.t - at < PARKED_SHOW_S):
+                return
+            parked[e.name] = (n, e.t)
+            e = Event("kv.parked", e.name, str(n), parked_words(e.data) or "no request parked for KV", t=e.t)
         if e.kind == "metrics" or (e.kind == "cell" and e.value != "open"):
             return
         print(f"[{time.strftime('%H:%M:%S', time.localtime(e.t))}] {e.kind:11} {e.name or '':22} {e.value:13} "

@@ -2,7 +2,9 @@
 
 Every launcher runs the same small POSIX-sh supervisor around the command: it forwards SIGTERM,
 waits for the real child (never a `tee`), and writes the child's exit code next to its log, so a
-later session can learn how a process ended even if nobody was watching.
+later session can learn how a process ended even if nobody was watching. It writes the child's PID there
+too (child_path): a supervisor can be killed while its child, the engine, lives on and serves; then the
+engine's own PID decides whether the process lives, and its exit code is not recorded (nobody waits for it).
 """
 
 from __future__ import annotations
@@ -36,6 +38,12 @@ def script(name: str) -> str:
 
 # $1 = exit-code file; the rest is the command. The marker in $0 lets teardown check a PID is ours.
 SUPERVISOR = script("supervisor")
+
+
+def child_path(exit_path: str) -> str:
+    """Where the supervisor records its child's PID: the exit-code file's path with .child for .exit (as
+    supervisor.sh derives it)."""
+    return (exit_path[:-5] if exit_path.endswith(".exit") else exit_path) + ".child"
 
 
 def marker(run_id: str, name: str) -> str:
@@ -100,6 +108,21 @@ class ProcStatus:
     alive: bool
     exit_code: int | None = None
     detail: str = ""  # "exited 1", "killed by signal 9", "step CANCELLED"
+    # alive, but its supervisor is gone: the engine's own PID (from child_path) says it lives. Its exit code
+    # will not be recorded; the launcher's wait() then waits on the engine itself
+    engine_pid: int | None = None
+
+    @property
+    def orphaned(self) -> bool:
+        return self.alive and self.engine_pid is not None
+
+
+SUPERVISOR_GONE = "its supervisor is gone; the engine (pid {pid}) still runs; its exit code will not be recorded"
+ORPHAN_ENDED = "the engine (pid {pid}) ended after its supervisor was gone: its exit code was not recorded"
+
+
+def orphan(pid: int) -> ProcStatus:
+    return ProcStatus(True, None, SUPERVISOR_GONE.format(pid=pid), engine_pid=pid)
 
 
 @dataclass

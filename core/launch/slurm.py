@@ -79,6 +79,7 @@ class SlurmLauncher(NodeSteps, LauncherBase):
         self._news: dict[str, asyncio.Event] = {}
         self._waiting: dict[str, dict[str, tuple[ProcHandle, asyncio.Future]]] = {}  # node step -> its waiters
         self._stop_batches: dict[tuple[str, float], tuple[list[ProcHandle], asyncio.Future]] = {}
+        self._orphans_told: set[str] = set()
 
     # ------------------------------------------------------------------------------------ allocation
     async def prepare(self, plan, processes: list[ProcessSpec]) -> dict:

@@ -109,6 +109,19 @@ def describe_proc(p: ProcState, now: float) -> str:
             f"last: {_last(p)}")
 
 
+def parked_words(m: dict, short: bool = False) -> str:
+    """A decode's requests parked for their KV, from its latest metrics (watchers/pairs.py): "8 parked for KV,
+    oldest 12s, on prefill-0" (short: "8 parked 12s ← prefill-0", for a panel's row); "" when none is. The age
+    is as of the scrape (m["t"]), a lower bound: from when atomdeck first saw the request wait."""
+    n = m.get("parked") or 0
+    if not n:
+        return ""
+    age, on = m.get("parked_oldest_s"), m.get("parked_on")
+    if short:
+        return f"{n:.0f} parked" + (f" {age:.0f}s" if age is not None else "") + (f" ← {on}" if on else "")
+    return f"{n:.0f} parked for KV" + (f", oldest {age:.0f}s" if age is not None else "") + (f", on {on}" if on else "")
+
+
 def name_ranges(names: list[str]) -> str:
     """Names folded into runs of their numbers, each prefix in the order it first comes: prefill-24–63,
     decode-0–63, s005–009, router."""
@@ -162,6 +175,8 @@ def _diagnose(s: RunState, now: float | None = None) -> Diagnosis:
                              pr.decode)
     failed_checks = [c for c in s.checks.values() if c.ok is False]
     sick = [f"node {n} is {detail or state}" for n, (state, detail, _) in s.conns.items() if state != "ok"]
+    sick += [f"{p.supervisor_gone} (on {p.node})" for p in s.procs.values()
+             if p.supervisor_gone and p.alive is not False and p.stage not in TERMINAL]
     acting = [a for a in s.actions.values() if a.running and a.target in s.procs]
     if acting and s.status in LIVE:
         words = [f"{a.target} on {s.procs[a.target].node}: {a.kind} by {a.source}, {s.procs[a.target].action} "
@@ -174,6 +189,10 @@ def _diagnose(s: RunState, now: float | None = None) -> Diagnosis:
         word = "degraded" if s.status in LIVE else s.status
         return Diagnosis(f"{word}: {describe_proc(first, now)}", [], [describe_proc(p, now) for p in unwell] +
                          sick, first.name)
+    parked = sorted((p for p in s.procs.values() if p.parked and p.alive is not False),
+                    key=lambda p: p.parked_data.get("since") or now)
+    if parked and s.status in LIVE:
+        return Diagnosis(f"degraded: {parked[0].parked}", [], [p.parked for p in parked] + sick, parked[0].name)
     if s.status in LIVE:
         if sick:
             return Diagnosis(f"serving: {s.readiness()}, but {sick[0]}", [], sick)

@@ -34,8 +34,9 @@ LIVE = ("serving", "degraded")  # the run was up; degraded = an endpoint is unre
 class Event:
     """One thing that happened. `kind` picks the part of the state it changes."""
 
-    kind: str  # proc.started | proc.stage | proc.health | proc.exit | proc.line | cell | pair | check | run |
-    # teardown | conn | note | metrics | storage
+    kind: str  # proc.started | proc.stage | proc.health | proc.exit | proc.line | proc.supervisor | cell | pair |
+    # proc.parked | check | run | teardown | conn | note | metrics | storage | action | proc.reset | proc.removed |
+    # proc.added
     name: str = ""  # the subject: a process, "node:port", "prefill-0>decode-0", a check, a node
     value: str = ""  # the new stage/state/result
     detail: str = ""  # human words: why, the log line, the error
@@ -89,6 +90,13 @@ class ProcState:
     restarts: int = 0  # times an action restarted it (issue 38)
     action: str = ""  # the step of an action on it now, in words ("draining, 3 in flight"), "" when none
     removed: bool = False  # taken out of the run by an action: no cell, pair or check of it counts
+    # its supervisor is gone while the engine lives on (the engine's own PID decides liveness): in words, and
+    # the engine's PID; "" while the supervisor is there
+    supervisor_gone: str = ""
+    engine_pid: int | None = None
+    # a decode's requests parked for their KV too long (watchers/pairs.py): in words, and its figures; "" when not
+    parked: str = ""
+    parked_data: dict = field(default_factory=dict)
 
     @property
     def order(self) -> tuple[str, ...]:
@@ -240,6 +248,29 @@ class RunState:
             return False
         p.stage, p.since = p.health_from or "serving", e.t
         p.health_from, p.health_detail, p.recovered = "", "", e.detail
+        return True
+
+    def _on_proc_supervisor(self, e: Event) -> bool:
+        """value: gone (the engine lives on without it; data: engine_pid)."""
+        p = self.procs.get(e.name)
+        if p is None or p.stage in TERMINAL or p.supervisor_gone == e.detail:
+            return False
+        p.supervisor_gone, p.engine_pid = e.detail, e.data.get("engine_pid")
+        return True
+
+    def _on_proc_parked(self, e: Event) -> bool:
+        """value: parked (a request waits too long for its KV; data: count, since, prefill, req) | ok."""
+        p = self.procs.get(e.name)
+        if p is None:
+            return False
+        if e.value != "parked":
+            if not p.parked:
+                return False
+            p.parked, p.parked_data = "", {}
+            return True
+        if p.stage in TERMINAL or (p.parked == e.detail and p.parked_data == e.data):
+            return False
+        p.parked, p.parked_data = e.detail, dict(e.data)
         return True
 
     def _on_metrics(self, e: Event) -> bool:

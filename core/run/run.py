@@ -43,7 +43,8 @@ from .watchers import Watchers, keep_going, raise_open_files_limit
 
 DEFAULT_GRACE = 10.0
 PERSIST = {"proc.started", "proc.stage", "proc.health", "proc.exit", "proc.error", "cell", "pair", "check", "run",
-           "teardown", "conn", "note", "storage", "action", "proc.reset", "proc.removed", "proc.added"}
+           "teardown", "conn", "note", "storage", "action", "proc.reset", "proc.removed", "proc.added",
+           "proc.supervisor", "proc.parked"}
 STORAGE_TICK_S = 2.0  # while watching: write what waits in an unwritable run directory, or find it unwritable
 LOG_SPACE_EVERY = 5  # ticks between checks of the log directories where they live (a command per node)
 

@@ -288,6 +288,7 @@ SHOTS: dict[str, tuple[dict, tuple[int, int], Step]] = {
     "27-run-degraded-100x30": ({}, SMALL, _run("degraded")),
     "28-run-pair-matrix-16x16": ({}, BIG, _run("matrix", _focus_pairs)),
     "29-run-pair-matrix-100x30": ({}, SMALL, _run("matrix", _focus_pairs)),
+    "30-run-kv-parked": ({}, BIG, _run("parked")),
     "30-run-128-nodes": ({}, BIG, _scale()),
     "31-run-128-nodes-100x30": ({}, SMALL, _scale()),
     "32-run-128-nodes-handshake-100x30": ({}, SMALL, _scale(_focus_pairs)),

@@ -31,12 +31,14 @@ from .health import ServingHealth
 from .logs import LogWatcher
 from .metrics import MetricsWatcher
 from .nodes import NodeHealthWatcher
-from .pairs import HandshakeWatcher
+from .pairs import PARKED_S, HandshakeWatcher
 from .ports import BarrierWatcher
 from .router import RouterWatcher
 from .timeouts import TimeoutWatcher
 
 __all__ = ["Watchers", "cancel_all", "keep_going", "raise_open_files_limit"]
+
+SMOKE_S = 3.0  # `atomdeck status`'s fresh smoke request: a deadline short enough for a status
 
 
 def raise_open_files_limit(want: int = 65536) -> int:
@@ -66,15 +68,17 @@ class Watchers:
         self.health = ServingHealth(run, self)
         self.metrics = MetricsWatcher(run, self)
         self.actions = ActionWatcher(run, self)
+        self.passed: dict[str, float] = {}  # refresh(): when each part of the pass was done (`atomdeck status`)
 
     def settle(self) -> None:
-        """After a health change: the run is degraded while an endpoint is unresponsive or stalled or a
-        pair failed, and serving again once none is."""
+        """After a health change: the run is degraded while an endpoint is unresponsive or stalled, a decode's
+        requests stay parked for their KV, or a pair failed; and serving again once none is."""
         run = self.run
         s = run.state
         if s.status not in LIVE or run.stopping:
             return
-        sick = [p for p in s.procs.values() if p.stage in HEALTH_STAGES or (p.action and not p.removed)]
+        sick = [p for p in s.procs.values() if p.stage in HEALTH_STAGES or (p.action and not p.removed)
+                or (p.parked and p.alive is not False)]
         broken = [pr for pr in s.pairs.values() if pr.stage == "failed"]
         if sick or broken:
             run._set_status("degraded", diagnose(s).headline)
@@ -144,19 +148,62 @@ class Watchers:
             pass
 
     async def refresh(self, live: float = 6.0) -> RunState:
-        """One pass of every watcher (for `atomdeck status`): liveness, new log lines, ports, then a
-        bounded live pass of the health checks and two metric scrapes (at most `live` seconds)."""
+        """One pass of every watcher (for `atomdeck status`): liveness and new log lines, then, at once, the
+        ports, a fresh smoke request (SMOKE_S deadline), the health checks and a metrics scrape, the logs followed
+        meanwhile; a second scrape at least a second after the first (rates), and, when a decode had requests
+        parked for their KV, no sooner than PARKED_S after it (whether they stay parked is then known). At most
+        `live` seconds for the live part. When each part was done: `passed` (how old each figure is)."""
+        run = self.run
+        self.passed = {}
         await self.logs.refresh()
         self.actions.look()
-        await self.barrier.probe_once()
-        if self.run.state.status == "starting" and not self.run.stopping:
+        self.passed["processes"] = time.time()
+        if run.state.status == "starting" and not run.stopping:
             await self.finish_start(live)
-        if self.run.state.status in LIVE:
-            try:
-                async with asyncio.timeout(live):
-                    await asyncio.gather(self.health.check_once(), self.metrics.scrape_once())
-            except TimeoutError:
-                pass
+        tails = []
+        if run.state.status in LIVE:  # lines as they come during the pass (a write-done, a write_request)
+            tails = [asyncio.create_task(self.logs.tail(n, h)) for n, h in run.handles.items()
+                     if run.state.procs.get(n) is not None and run.state.procs[n].alive is not False]
+        try:
+            async with asyncio.timeout(live):
+                await self._live_pass()
+        except TimeoutError:
+            pass
+        finally:
+            await cancel_all(tails)
+            await self.metrics.http.aclose()
+        if run.state.status in LIVE:
             self.settle()
-        self.run.save_offsets()
-        return self.run.state
+        run.save_offsets()
+        return run.state
+
+    async def _live_pass(self) -> None:
+        run = self.run
+        t0 = time.monotonic()
+
+        async def ports() -> None:
+            await self.barrier.probe_once()
+            self.passed["barrier"] = time.time()
+
+        if run.state.status not in LIVE:
+            await ports()
+            return
+
+        async def smoke() -> None:
+            await self.router.live_smoke(SMOKE_S)
+            self.passed["smoke"] = time.time()
+
+        async def scrape() -> None:
+            await self.metrics.scrape_all()
+            self.passed["metrics"] = time.time()
+
+        async def health() -> None:
+            await self.health.check_once()
+            self.passed["health"] = time.time()
+
+        await asyncio.gather(ports(), smoke(), scrape(), health())
+        parked = any(m.get("parked") for m in run.state.metrics.values())
+        wait = max(1.0, PARKED_S + 0.2 if parked else 0.0) - (time.monotonic() - t0)
+        if wait > 0:
+            await asyncio.sleep(wait)
+        await scrape()

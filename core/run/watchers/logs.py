@@ -10,15 +10,17 @@ from typing import TYPE_CHECKING
 from ...config.errors import AtomdeckError
 from ...config.secrets import nothing_to_mask
 from ..classify import classify, says_nothing
+from ..diagnose import diagnose
 from ..events import TERMINAL, Event
 from .base import RunHost, cancel_all, keep_going
 
 if TYPE_CHECKING:
-    from ...launch.base import ProcHandle
+    from ...launch.base import ProcHandle, ProcStatus
     from .base import WatcherGroup as Watchers  # (the package imports this module)
 
 YEAR = 3600 * 24 * 365
 HANDLE_POLL_S = 0.2  # a process stopped by an action: how often its handle file is read for the new process
+ORPHAN_POLL_S = 1.0  # an engine whose supervisor is gone, where its launcher's wait() returns at once
 
 
 class LogWatcher:
@@ -55,6 +57,12 @@ class LogWatcher:
             if p.alive is False and p.stage in TERMINAL:
                 await asyncio.sleep(YEAR)  # already over: keep the tail only
             status = await run.launcher.wait(h)
+            while status.alive:  # its supervisor is gone and the engine lives on: its own end is waited for
+                self.supervisor_gone(name, status)
+                before = time.monotonic()
+                status = await run.launcher.wait(h)
+                if status.alive and time.monotonic() - before < ORPHAN_POLL_S:
+                    await asyncio.sleep(ORPHAN_POLL_S)  # a launcher that cannot wait on it: polled
             # read the log to its end first: the last lines usually say why it ended
             await cancel_all([tail])
             await self.drain(name, h, idle=0.15 if h.launcher != "ssh" else 0.6)
@@ -91,6 +99,23 @@ class LogWatcher:
                 h = self.run.saved_handle(name)  # (it may have been written just before the action ended)
                 return h if h is not None and h.pid and h.pid != old.pid else None
             await asyncio.sleep(HANDLE_POLL_S)
+
+    def supervisor_gone(self, name: str, status: ProcStatus) -> None:
+        """The process lives (its engine's PID says so) but its supervisor is gone: said once, with the words the
+        operator needs; the run keeps its status (the engine serves), and the diagnosis names it."""
+        run = self.run
+        p = run.state.procs.get(name)
+        if p is None or p.supervisor_gone or run.stopping:
+            return
+        doing = "serving" if p.stage in ("serving", "registered", "http_up") else \
+            f"running ({p.stage.replace('_', ' ')})"
+        detail = (f"{name}'s supervisor is gone; the engine (pid {status.engine_pid}) is still {doing}; its exit "
+                  f"code will not be recorded")
+        run.emit(Event("proc.supervisor", name, "gone", detail, {"engine_pid": status.engine_pid,
+                                                                 "node": p.node}))
+        run.emit(Event("note", name, detail=f"{detail} ({p.node})"))
+        if run.state.status == "serving":  # the headline says it; the run still serves
+            run._set_status("serving", diagnose(run.state).headline)
 
     async def tail(self, name: str, h: ProcHandle) -> None:
         """Follow the log. The lines a read hands over in one go (up to 256 between two turns of the loop)
@@ -196,6 +221,8 @@ class LogWatcher:
         for name, h in run.handles.items():
             p = run.state.procs.get(name)
             st = await run.launcher.poll(h)
+            if st.orphaned:
+                self.supervisor_gone(name, st)
             if not st.alive and p is not None and p.alive is not False:
                 value = "stopped" if run.state.status in ("stopping", "stopped") else "failed"
                 run.emit(Event("proc.exit", name, value, st.detail, {"code": st.exit_code}))
