@@ -41,6 +41,18 @@ def add_parsers(sub) -> None:
     p.add_argument("--drain-timeout", type=float, default=None, metavar="S")
     p.add_argument("--json", action="store_true")
 
+    p = sub.add_parser("add", help="add a worker to a live run: on a free node, or a free per_node slot",
+                       description="Plan one more worker of the role (linted as for a launch), check its node "
+                                   "(healthy, no other run on it, its ports free), start it, wait until it is up and "
+                                   "its KV pairs are reachable, register it with the router. A prefill needs the "
+                                   "router restarted (AToMesh learns a prefill's tp_size only when it starts).")
+    p.add_argument("run")
+    p.add_argument("--role", required=True, choices=["prefill", "decode"])
+    p.add_argument("--node", default=None, help="the node (default: a free per_node slot, else a free healthy node)")
+    p.add_argument("--restart-router", action="store_true",
+                   help="(a prefill) restart the router with it on its command line: clients see a gap")
+    p.add_argument("--json", action="store_true")
+
 
 def cmd_restart(args: argparse.Namespace) -> int:
     from ..run.actions import DRAIN_TIMEOUT_S, restart
@@ -58,6 +70,13 @@ def cmd_remove(args: argparse.Namespace) -> int:
     return _act(args, lambda run: remove(run, args.process, drain=not args.no_drain,
                                          drain_timeout=DRAIN_TIMEOUT_S if args.drain_timeout is None
                                          else args.drain_timeout))
+
+
+def cmd_add(args: argparse.Namespace) -> int:
+    from ..run.adding import add
+
+    args.process = f"a new {args.role}"
+    return _act(args, lambda run: add(run, args.role, args.node, restart_router=args.restart_router))
 
 
 def _act(args: argparse.Namespace, action) -> int:

@@ -72,10 +72,18 @@ def assess(recipe: Recipe, cluster: Cluster, inventory: list[Node], nodes: list[
         return Assessment(recipe, cluster, None, None, [], findings)
     plan = build_plan(recipe, cluster, inventory, selection, overrides)
     procs = render(plan, catalog, ctx)
+    findings += lint_plan(plan, procs, catalog, disabled)
+    return Assessment(recipe, cluster, selection, plan, procs, _dedupe(findings))
+
+
+def lint_plan(plan: Plan, procs: list[ProcessSpec], catalog: Catalog | None = None,
+              disabled: frozenset[str] = frozenset()) -> list[Finding]:
+    """Every lint rule on a plan and its rendered processes (a launch's, or a live run's grown by a worker)."""
+    findings: list[Finding] = []
     for rule_id, fn in RULES.items():
         if rule_id not in disabled:
             findings += fn(plan, procs, catalog)
-    return Assessment(recipe, cluster, selection, plan, procs, _dedupe(findings))
+    return findings
 
 
 def _dedupe(findings: list[Finding]) -> list[Finding]:

@@ -128,6 +128,18 @@ class BarrierProber:
         self._changed = asyncio.Event()  # a cell's state or a process changed: the table readers look again
         self.reader_passes = 0  # times a table reader went over its cells (tests count them)
 
+    def add_cells(self, cells: list[CellState]) -> list[str]:
+        """Cells of a worker added to the live run; the nodes new to the prober (each needs a run_node task)."""
+        new = []
+        for c in cells:
+            if c.node not in self.by_node:
+                new.append(c.node)
+                self._wake[c.node] = asyncio.Event()
+            if not any(x.key == c.key for x in self.by_node[c.node]):
+                self.by_node[c.node].append(c)
+        self.wake()
+        return sorted(set(new))
+
     def wake(self, node: str | None = None) -> None:
         """Re-plan now (a log line said a port is about to open, or a process died)."""
         self._changed.set()

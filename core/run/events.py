@@ -1,3 +1,4 @@
+# Long file: the one fold of every event kind into the run's state; its handlers share the state's parts
 """Events core emits and the run state they fold into; the console and the CLI render the state.
 
 The fold is pure: replaying a run's events.jsonl rebuilds the same state in any later session.

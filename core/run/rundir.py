@@ -83,7 +83,7 @@ class RunDir:
         try:
             root.mkdir(parents=True, exist_ok=True, mode=0o700)
             path.mkdir(mode=0o700)
-            for sub in ("procs", "logs"):
+            for sub in ("procs", "logs", "specs"):
                 (path / sub).mkdir(mode=0o700)
             _probe(path)
         except OSError as e:

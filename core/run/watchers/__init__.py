@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import resource
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from ..barrier import checkpoint
 from ..diagnose import diagnose
@@ -68,7 +68,31 @@ class Watchers:
         self.health = ServingHealth(run, self)
         self.metrics = MetricsWatcher(run, self)
         self.actions = ActionWatcher(run, self)
+        self.tasks: list[asyncio.Task] = []  # the watch's tasks (a worker added while watching gets its own)
+        self.followed: set[str] = set()  # the processes the watch follows
         self.passed: dict[str, float] = {}  # refresh(): when each part of the pass was done (`atomdeck status`)
+
+    def adopt(self, names: list[str]) -> None:
+        """While watching: follow processes that joined the run after the watch began (a worker an action added):
+        their log and liveness, and their barrier cells."""
+        run = self.run
+        names = [n for n in names if n in run.handles and n not in self.followed]
+        if not names or not self.barrier.watching or self.barrier.prober is None:
+            return
+        prober = self.barrier.prober
+        def follow(n: str) -> Callable[[], Awaitable[None]]:
+            return lambda: self.logs.watch_proc(n)
+
+        def probe(node: str) -> Callable[[], Awaitable[None]]:
+            return lambda: prober.run_node(node)
+
+        for n in names:
+            self.followed.add(n)
+            self.tasks.append(asyncio.create_task(keep_going(run.emit, f"watching {n}", follow(n)), name=f"proc:{n}"))
+        cells = [c for c in run.state.cells.values() if c.owner in names]
+        for node in prober.add_cells(cells):
+            self.tasks.append(asyncio.create_task(keep_going(run.emit, f"probing {node}", probe(node)),
+                                                  name=f"probe:{node}"))
 
     def settle(self) -> None:
         """After a health change: the run is degraded while an endpoint is unresponsive or stalled, a decode's
@@ -92,8 +116,9 @@ class Watchers:
         def keep(what, factory):
             return keep_going(run.emit, what, factory)
 
-        tasks = [asyncio.create_task(keep(f"watching {name}", lambda n=name: self.logs.watch_proc(n)),
-                                     name=f"proc:{name}") for name in run.handles]
+        self.tasks = tasks = [asyncio.create_task(keep(f"watching {name}", lambda n=name: self.logs.watch_proc(n)),
+                                                  name=f"proc:{name}") for name in run.handles]
+        self.followed = set(run.handles)
         prober = self.barrier.make_prober()
         tasks += [asyncio.create_task(keep(f"probing {n}", lambda n=n: prober.run_node(n)), name=f"probe:{n}")
                   for n in prober.by_node]
@@ -126,6 +151,7 @@ class Watchers:
         finally:
             self.barrier.watching = False
             await cancel_all(tasks + list(self.barrier.background) + list(self.binding.tasks))
+            self.tasks, self.followed = [], set()
             run.save_offsets()
         return run.state
 

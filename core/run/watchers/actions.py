@@ -28,9 +28,15 @@ class ActionWatcher:
             await asyncio.sleep(EVERY_S)
 
     def look(self) -> None:
-        """Tell each record's step once (and an action cut short as such)."""
+        """Tell each record's step once (and an action cut short as such); follow a worker another session's
+        action added."""
         changed = False
-        for name, it in self.run.intents().items():
+        intents = self.run.intents()
+        if any(it.kind == "add" and (it.target not in self.run.handles or it.target not in self.run.processes)
+               for it in intents.values()):
+            self.run.adopt_from_disk()
+            self.group.adopt([n for n, it in intents.items() if it.kind == "add"])
+        for name, it in intents.items():
             key = (it.id, it.step, it.detail, it.cut_short)
             if self.seen.get(name) == key:
                 continue

@@ -17,6 +17,7 @@ from ..events import CellState, Event, RunState
 
 if TYPE_CHECKING:
     from ...config.recipe import Recipe
+    from ...design.commands import ProcessSpec
     from ...design.plan import Plan
     from ...launch.base import Launcher, ProcHandle
     from ..intents import Intent
@@ -29,6 +30,7 @@ class RunHost(Protocol):
     recipe: Recipe
     launcher: Launcher
     handles: dict[str, ProcHandle]
+    processes: dict[str, ProcessSpec]
     offsets: dict[str, int]
     stopping: bool
     line_listeners: list[Callable[[str, str], None]]
@@ -51,6 +53,8 @@ class RunHost(Protocol):
 
     def intents(self) -> dict[str, Intent]: ...
 
+    def adopt_from_disk(self) -> list[str]: ...
+
     def redact(self, line: str) -> str: ...
 
 
@@ -72,6 +76,8 @@ class WatcherGroup(Protocol):
     def health(self) -> _Health: ...
 
     def settle(self) -> None: ...
+
+    def adopt(self, names: list[str]) -> None: ...
 
 
 class _Barrier(Protocol):  # ports.py's BarrierWatcher
