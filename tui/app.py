@@ -607,6 +607,19 @@ class ConsoleApp(App[int]):
         if not self.readonly and self.live is not None:
             yield SystemCommand("Tear down the run…", f"stop every process of run {self.live.id} (asks first)",
                                 self.runs.request_teardown)
+            for name, p in self.live.state.procs.items():
+                if p.removed:
+                    continue
+                yield SystemCommand(f"Restart {name}…", f"drain, stop, start, ready, re-register {name} (asks first)",
+                                    partial(self.runs.request_action, "restart", name))
+                if p.role in ("prefill", "decode"):
+                    yield SystemCommand(f"Remove {name}…", f"drain {name}, stop it, take it out of the run (asks "
+                                        f"first)", partial(self.runs.request_action, "remove", name))
+            yield SystemCommand("Add a decode…", "a decode worker on a free node or per_node slot (asks first)",
+                                partial(self.runs.request_action, "add", None, "decode"))
+            yield SystemCommand("Add a prefill (restarts the router)…", "AToMesh learns a prefill only at its start: "
+                                "the router restarts with it (asks first)",
+                                partial(self.runs.request_action, "add", None, "prefill"))
 
     @property
     def css_current(self) -> bool:

@@ -95,6 +95,12 @@ RUN = [
     _b("w", "panel('why-box')", "Why", "run.panel.why", group=PANELS, tooltip="Bring the diagnosis into view"),
     _b("p", "panel('procs-box')", "Processes", "run.panel.procs", group=PANELS, tooltip="Back to the processes"),
     _b("l", "open_log", "Logs", "run.logs", tooltip="Open the selected process's (or node's) log"),
+    _b("R", "act('restart')", "Restart", "run.restart",
+       tooltip="Restart the selected process in place: drain, stop, start, ready, re-register (asks first)"),
+    _b("X", "act('remove')", "Remove", "run.remove",
+       tooltip="Drain the selected worker, stop it and take it out of the run (asks first)"),
+    _b("A", "add('decode')", "Add decode", "run.add",
+       tooltip="Add a decode worker on a free node or slot (asks first)"),
     _b("D,ctrl+d", "teardown", "Tear down", "teardown", key_display="D",
        tooltip="Stop every process of the run and verify (asks first)"),
 ]

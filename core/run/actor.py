@@ -63,7 +63,8 @@ class Actor:
         self.steps.append((time.time(), step, detail))
         self.run.emit(Event("action", self.intent.target, step, detail,
                             {"id": self.intent.id, "kind": self.intent.kind, "source": self.intent.source}))
-        self.run.watchers.settle()  # degraded while a worker is out, serving again once the action ended
+        if self.run.watchers.tasks:  # (a session that watches: a console's watcher process settles its own)
+            self.run.watchers.settle()  # degraded while a worker is out, serving again once the action ended
 
     def end(self, outcome: str, detail: str) -> ActionResult:
         self.step(outcome, detail)

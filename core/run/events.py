@@ -188,6 +188,13 @@ class ActionState:
 ACTION_ENDS = ("done", "failed", "interrupted", "rolled back")
 
 
+def action_words(step: str, detail: str) -> str:
+    """A process's step as its row shows it: short ("draining, 3 in flight", "loading", "registered")."""
+    if step == "draining" and detail[:1].isdigit():
+        return f"draining, {detail.split(';')[0]}"
+    return {"smoke": "smoke request", "requested": "asked", "handshake": "KV pairs"}.get(step, step)
+
+
 @dataclass
 class RunState:
     run_id: str
@@ -388,7 +395,7 @@ class RunState:
                 if e.value == "done" and a.kind == "restart":
                     p.restarts += 1
         elif p is not None:
-            p.action = f"{e.value}, {e.detail}" if e.detail else e.value
+            p.action = action_words(e.value, e.detail)
         return True
 
     def _on_proc_reset(self, e: Event) -> bool:

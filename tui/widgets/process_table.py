@@ -89,7 +89,7 @@ class ProcessTable(VirtualTable):
         since = ago(now - p.since) if p.since else ""
         stages = tuple(p.stages) if p.stage in TERMINAL else ()
         key = (p.role, p.node, p.stage, p.up_stage, stages, p.alive, p.exit_code, p.exit_detail,
-               state.teardown.get(p.name), pid, styles)
+               state.teardown.get(p.name), pid, styles, p.action, p.restarts, p.removed)
         hit = self._rows.get(p.name)
         if hit is not None and hit[0] == key:
             if hit[1][SINCE].plain == since:
@@ -121,8 +121,15 @@ class ProcessTable(VirtualTable):
             word = down.split(":", 1)[0]
             alive = Text({"stopping": "… stopping", "gone": "■ gone", "left": "× STILL RUNNING"}.get(word, word),
                          style={"gone": "dim", "left": BOLD + err}.get(word, warn))
-        return [Text(p.name, style=BOLD + color), Text(p.role, style=color), Text(p.node), Text(words(p.stage),
-                style=stage_style), _bar(p), _since(since), alive,
+        stage = Text(words(p.stage), style=stage_style)
+        if p.action:  # an action on it now (restart, remove): its step, as core's state says it
+            stage = Text(p.action, style=BOLD + warn)
+        elif p.removed:
+            stage = Text("removed", style="dim")
+        name = Text(p.name, style=BOLD + color)
+        if p.restarts:
+            name.append(f" ↻{p.restarts}", style="dim")
+        return [name, Text(p.role, style=color), Text(p.node), stage, _bar(p), _since(since), alive,
                 Text(str(pid) if pid else "", style="dim", justify="right")]
 
     def _color(self, name: str) -> Style:
