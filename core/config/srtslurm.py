@@ -404,6 +404,12 @@ def import_doc(doc: YamlDoc, replace_frontend: str | None = None) -> Imported:
                     out["model"]["served_name"] = served
             if env:
                 out[key]["env"] = env
+            if item.critical[1] and item.critical[0] is False:
+                out[key]["critical"] = False
+            if item.restart[1] and item.restart[0] not in (None, "never"):
+                restart = _restart(r, item.restart)
+                if restart is not None:
+                    out[key]["restart"] = restart
     _frontend(r, out, replace_frontend)
     _mounts(r, out)
     _health(r, out)
@@ -441,3 +447,22 @@ def worker_timeout_parts(seconds: float) -> tuple[int, int]:
         if whole % interval == 0:
             return whole // interval, interval
     return whole, 1
+
+
+def _restart(r: _Reader, value: tuple) -> Any:
+    """srt-slurm's restart policy (its PR #451: a word or a mapping), checked here so a bad key is named with its
+    line in the srt-slurm file."""
+    from pydantic import ValidationError
+
+    from .recipe import RestartPolicy
+
+    raw, path = value
+    try:
+        RestartPolicy.model_validate({"policy": raw} if isinstance(raw, str) else raw)
+    except ValidationError as e:
+        for err in e.errors():
+            where = (*path, *(str(x) for x in err["loc"] if x != "policy" or not isinstance(raw, str)))
+            r.error(where, f"{err['msg']} (srt-slurm's restart: never, on-failure, always, or policy, "
+                           f"max_restarts, backoff_seconds, max_backoff_seconds)")
+        return None
+    return raw

@@ -37,7 +37,7 @@ from .intents import read, source
 if TYPE_CHECKING:
     from ..design.commands import ProcessSpec
     from ..launch.base import ProcHandle
-    from .run import Run
+    from .actor import Run
 
 DRAIN_TIMEOUT_S = 60.0
 STOP_GRACE_S = 10.0  # as a teardown's (run.DEFAULT_GRACE)

@@ -6,14 +6,27 @@ from __future__ import annotations
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..config.errors import AtomdeckError
 from .events import Event
 from .intents import ActionLock, Intent
+from .watchers.base import RunHost
 
 if TYPE_CHECKING:
-    from .run import Run
+    from ..config.cluster import Cluster
+    from .rundir import RunDir
+
+
+class Run(RunHost, Protocol):
+    """What an action uses of its run (run.py's Run): a protocol, so that the watchers (the restart policy)
+    can act without importing run.py, which imports them."""
+
+    rd: RunDir
+    cluster: Cluster
+    watchers: Any
+
+    async def log_lines(self, name: str, last: int | None = None) -> list[str]: ...
 
 
 class ActionFailed(AtomdeckError):

@@ -31,7 +31,7 @@ from .ports import check_ports_free
 from .runfiles import added_event, write_design, write_spec
 
 if TYPE_CHECKING:
-    from .run import Run
+    from .actor import Run
 
 PREFILL_NEEDS_ROUTER = ("AToMesh learns a prefill's tp_size only when it starts (http_pd_router.rs "
                         "fetch_atom_prefill_info): a prefill added to a running router gets every request routed to "

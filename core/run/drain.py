@@ -14,7 +14,7 @@ from .actor import ActionFailed, Actor
 from .watchers.metrics import parse_wanted
 
 if TYPE_CHECKING:
-    from .run import Run
+    from .actor import Run
 
 JOB_TIMEOUT_S = 30.0
 SMOKE_TRIES = 16  # completions sent at most, one each 0.25 s until the worker's own count moves

@@ -33,7 +33,7 @@ from .snapshot import ProcSnap, Rank, Snapshot, group, name_peers, parse_node
 from .watchers.metrics import ATOM_NAMES, ROUTER_NAMES, atom_values, parse_wanted, router_values
 
 if TYPE_CHECKING:
-    from .run import Run
+    from .actor import Run
 
 SNAPSHOT_SCRIPT = script("snapshot")
 NODE_FANOUT = 16     # nodes asked at once (a 128-node run: 8 rounds, never 128 connections' worth of work at once)

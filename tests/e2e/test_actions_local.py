@@ -171,3 +171,41 @@ def test_a_restart_cut_short_is_shown_and_can_be_finished(runs):
     result, state = act(run.id, lambda r: actions.restart(r, "prefill-1", resume=True))
     assert result.outcome == "done", result.detail
     assert state.procs["prefill-1"].stage == "serving" and state.status == "serving"
+
+
+def test_the_restart_policy_relaunches_a_dead_worker_and_never_loops(runs):
+    """decode: restart {max_restarts: 1, backoff_seconds: 0.2}; the fault kills it again after every start: it is
+    relaunched once, then the policy stops, says why, and the run fails (the role is critical)."""
+    ws = workspace("demo-1p1d", decode__env={"ATOMSIM_CRASH_AFTER": "1"},
+                   decode__restart={"max_restarts": 1, "backoff_seconds": 0.2})
+
+    async def go():
+        run = await Run.launch(ws, ws.assess())
+        runs.append(run)
+        s = await run.watch(until=lambda s: s.status in ("serving", "failed"), timeout=60)
+        assert s.status == "serving", s.diagnosis
+        return run, await run.watch(until=lambda s: s.status == "failed", timeout=60)
+
+    run, state = asyncio.run(go())
+    relaunches = [a for a in state.actions.values() if a.target == "decode-0" and a.source.startswith("restart policy")]
+    assert len(relaunches) == 1 and relaunches[0].outcome == "done", [(a.outcome, a.detail) for a in relaunches]
+    assert "not relaunched again" in state.diagnosis and "max_restarts 1" in state.diagnosis, state.diagnosis
+    assert state.procs["decode-0"].restarts == 1
+
+
+def test_a_role_that_is_not_critical_leaves_the_run_degraded_not_failed(runs):
+    ws = workspace("demo-2p1d", decode__workers=2, decode__critical=False,
+                   decode__env={"ATOMSIM_CRASH_AFTER": "1", "ATOMSIM_ONLY": "127.0.0.14"})
+
+    async def go():
+        run = await Run.launch(ws, ws.assess())
+        runs.append(run)
+        s = await run.watch(until=lambda s: s.status in ("serving", "failed"), timeout=60)
+        assert s.status == "serving", s.diagnosis
+        return run, await run.watch(until=lambda s: s.procs["decode-1"].alive is False, timeout=30)
+
+    run, state = asyncio.run(go())
+    assert state.status == "degraded", (state.status, state.diagnosis)
+    assert "not critical" in state.diagnosis, state.diagnosis
+    with Load(run.plan.router.url, run.recipe.model.client_name, concurrency=2) as load:
+        load.wait_for(4)  # the other decode serves

@@ -32,6 +32,7 @@ from .logs import LogWatcher
 from .metrics import MetricsWatcher
 from .nodes import NodeHealthWatcher
 from .pairs import PARKED_S, HandshakeWatcher
+from .policy import RestartPolicyWatcher
 from .ports import BarrierWatcher
 from .router import RouterWatcher
 from .timeouts import TimeoutWatcher
@@ -68,6 +69,7 @@ class Watchers:
         self.health = ServingHealth(run, self)
         self.metrics = MetricsWatcher(run, self)
         self.actions = ActionWatcher(run, self)
+        self.policy = RestartPolicyWatcher(run, self)
         self.tasks: list[asyncio.Task] = []  # the watch's tasks (a worker added while watching gets its own)
         self.followed: set[str] = set()  # the processes the watch follows
         self.passed: dict[str, float] = {}  # refresh(): when each part of the pass was done (`atomdeck status`)
@@ -128,7 +130,8 @@ class Watchers:
                   asyncio.create_task(keep("ready-but-not-bound checks", self.binding.watch), name="binding"),
                   asyncio.create_task(keep("health checks", self.health.watch), name="health"),
                   asyncio.create_task(keep("metrics", self.metrics.watch), name="metrics"),
-                  asyncio.create_task(keep("actions", self.actions.watch), name="actions")]
+                  asyncio.create_task(keep("actions", self.actions.watch), name="actions"),
+                  asyncio.create_task(keep("restart policy", self.policy.watch), name="policy")]
         conn_hook = getattr(run.launcher, "on_connection_state", None)
         if conn_hook is not None:
             conn_hook(lambda node, state, reason: run.emit(Event("conn", node, "ok" if state == "up" else state,
@@ -150,7 +153,7 @@ class Watchers:
                 checkpoint()  # a cancel that raced the wake-up (Python 3.11) still stops the watch
         finally:
             self.barrier.watching = False
-            await cancel_all(tasks + list(self.barrier.background) + list(self.binding.tasks))
+            await cancel_all(tasks + list(self.barrier.background) + list(self.binding.tasks) + list(self.policy.tasks))
             self.tasks, self.followed = [], set()
             run.save_offsets()
         return run.state

@@ -79,6 +79,13 @@ class WatcherGroup(Protocol):
 
     def adopt(self, names: list[str]) -> None: ...
 
+    @property
+    def policy(self) -> _Policy: ...
+
+
+class _Policy(Protocol):  # policy.py's RestartPolicyWatcher
+    def on_exit(self, name: str, code: int | None, why: str) -> bool: ...
+
 
 class _Barrier(Protocol):  # ports.py's BarrierWatcher
     def wake(self, node: str | None) -> None: ...

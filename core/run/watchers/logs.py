@@ -80,7 +80,7 @@ class LogWatcher:
                 new = await self._next_handle(name, h)
                 if new is not None:
                     return new
-            elif not run.stopping:
+            elif not run.stopping and not self.group.policy.on_exit(name, status.exit_code, detail):
                 run._fail()
             tail = asyncio.create_task(self.tail(name, h))  # a few more lines may come over slow links
             await asyncio.sleep(YEAR)
