@@ -125,6 +125,7 @@ async def take(run: Run, names: list[str] | None = None, *, spy_parallel: int = 
         p.router_in_flight = in_flight.get(n)
         for r in p.ranks:
             r.connections = peers.get(r.pid, [])
+            r.cmdline = run.redact(r.cmdline)  # (an --api-key on a command line stays on the node)
         p.last_lines = [run.redact(line) for line in await _last_lines(run, n)]
     snap = Snapshot(run.id, taken_at, round(time.monotonic() - t0, 3), list(procs.values()), nodes, pyspy)
     snap.groups = group(snap.procs)
