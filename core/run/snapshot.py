@@ -71,7 +71,10 @@ class Rank:
         if self.stack:
             return " <- ".join(f.name for f in self.stack[:depth])
         kernel = self.syscall or self.wchan
-        return f"({kernel})" if kernel else f"({self.stack_error or 'no stack'})"
+        if kernel:
+            return f"({kernel})"
+        why = "ptrace denied" if self.stack_error.startswith("ptrace denied") else self.stack_error or "no stack"
+        return f"({STATES.get(self.state, self.state)}; {why})" if self.state else f"({why})"
 
     def signature(self) -> tuple:
         return tuple((f.name, f.file) for f in self.stack) if self.stack else ("kernel", self.syscall, self.wchan)
@@ -229,7 +232,7 @@ def _classify(ranks: list[Rank], role: str) -> None:
     depth = {root.pid: 0}
     for r in ranks[1:]:
         depth[r.pid] = depth.get(r.ppid, 0) + 1 if r.ppid in pids else 1
-    python = [r for r in ranks[1:] if "python" in r.exe]
+    python = [r for r in ranks[1:] if "python" in r.exe or not r.exe]  # (no exe: ptrace denied, not readable)
     server = next((r for r in python if "openai_server" in r.cmdline), None)
     if role == "router":
         for r in ranks[1:]:
@@ -244,7 +247,7 @@ def _classify(ranks: list[Rank], role: str) -> None:
             r.kind, r.title = "EngineCore", cmd.split(" ")[0]
         elif re.match(r"\S*::(DP\d+)?TP\d+$", cmd.split(" ")[0] if cmd else ""):
             r.kind, r.title = "rank", cmd.split(" ")[0]
-        elif server is not None and r.ppid == server.pid and "python" in r.exe:
+        elif server is not None and r.ppid == server.pid and r in python:
             r.kind, r.title = "EngineCore", f"EngineCore {r.pid}"  # the pin: untitled
     cores = {r.pid for r in ranks if r.kind == "EngineCore"}
     for i, r in enumerate(sorted((r for r in ranks if r.kind == "other" and r.ppid in cores), key=lambda r: r.pid)):

@@ -24,7 +24,8 @@ for item in "$@"; do
     echo "threads $(awk '/^Threads/ {print $2}' "/proc/$p/status" 2>/dev/null)"
     echo "exe $exe"
     echo "cmdline $(tr '\0\n' '  ' < "/proc/$p/cmdline" 2>/dev/null | cut -c1-300)"
-    case $kind:$exe in python:*python*) pys="$pys $name:$p";; esac
+    # (an exe it may not read: ptrace is denied here, and py-spy will say so for each member but the supervisor)
+    case $kind:$exe in python:*python*) pys="$pys $name:$p";; python:) [ "$p" = "$root" ] || pys="$pys $name:$p";; esac
   done
 done
 echo "== ss"
