@@ -105,7 +105,9 @@ async def take(run: Run, names: list[str] | None = None, *, spy_parallel: int = 
             err = (res.stderr or res.stdout).strip().splitlines()
             return unanswered(node, members, f"its snapshot command exited {res.rc}: "
                                              f"{err[-1] if err else '(no output)'}")
-        facts, trees, node_conns = parse_node(res.stdout, roles)
+        # (in a thread: a node's 8 ranks are ~50 KB of py-spy JSON, 128 nodes' are MBs; the console's loop keeps
+        # its keys while they are read)
+        facts, trees, node_conns = await asyncio.to_thread(parse_node, res.stdout, roles)
         nodes[node] = "ok"
         pyspy[node] = _pyspy_word(facts, trees)
         mine = {r.pid for ranks in trees.values() for r in ranks}  # (a node's `ss` lists every process's)
@@ -143,6 +145,12 @@ async def install_pyspy(run: Run, names: list[str] | None = None) -> list[str]:
         return [f"this machine: py-spy at {src} (nothing to copy)"]
     nodes = sorted({run.processes[n].node for n in pick(run, names)})
     dest = f"{run.cluster.remote_dir}/bin/py-spy"
+    if run.cluster.launcher == "slurm":  # one `sbcast` writes it on every node of the job (one per node raced)
+        try:
+            await run.launcher.put_file(nodes[0], src, dest)
+            return [f"{node}: py-spy copied to {dest}" for node in nodes]
+        except (OSError, AtomdeckError) as e:
+            return [f"{node}: could not copy py-spy to {dest}: {e}" for node in nodes]
 
     async def one(node: str) -> str:
         try:

@@ -320,6 +320,14 @@ def compare(first: Snapshot, second: Snapshot) -> dict[str, list[str]]:
 _RANK = re.compile(r"(?:\S*::)?(DP\d+)?TP(\d+)|rank (\d+) \(pid \d+\)")
 
 
+def verdict(g: Group, moved: dict[str, list[str]]) -> str:
+    """A group's members' verdict in a comparison (compare): stuck, idle, moved or gone, "mixed" when they differ,
+    "" when none of them was compared."""
+    of = {k: v for v, keys in moved.items() for k in keys}
+    seen = {of[k] for k in (f"{g.process} {m}" for m in g.members) if k in of}
+    return "" if not seen else seen.pop() if len(seen) == 1 else "mixed"
+
+
 def fold_keys(keys: list[str]) -> str:
     """'decode-0 ATOM::TP0', 'decode-0 ATOM::TP1', 'prefill-0 server' -> 'decode-0 TP0–TP1; prefill-0 server'."""
     by: dict[str, list[str]] = {}
