@@ -97,7 +97,9 @@ async def take(run: Run, names: list[str] | None = None, *, spy_parallel: int = 
             return
         async with gate:
             try:
-                res = await run.launcher.node_run(node, ["sh", "-c", SNAPSHOT_SCRIPT, "snapshot", spy, spy_dir,
+                # (at nice 19: the node's engines, and on the local launcher the console, keep the CPU first)
+                res = await run.launcher.node_run(node, ["nice", "-n", "19", "sh", "-c", SNAPSHOT_SCRIPT, "snapshot",
+                                                         spy, spy_dir,
                                                          str(spy_parallel), *items], timeout=NODE_TIMEOUT_S)
             except (TimeoutError, OSError, AtomdeckError) as e:
                 return unanswered(node, members, str(e))

@@ -74,6 +74,7 @@ class SnapshotScreen(Screen):
         self.taking_since = 0.0
         self.error = ""
         self.opened: str | None = None  # the group key whose stacks the detail shows
+        self._compared: tuple[tuple[int, int] | None, dict[str, list[str]] | None] = (None, None)
 
     @property
     def console(self) -> Console:
@@ -146,7 +147,13 @@ class SnapshotScreen(Screen):
     # -- drawing ------------------------------------------------------------------------------------------------
     @property
     def moved(self) -> dict[str, list[str]] | None:
-        return compare(self.shots[-2], self.shots[-1]) if len(self.shots) > 1 else None
+        """core's comparison of the last two snapshots (once per pair: the header redraws twice a second)."""
+        if len(self.shots) < 2:
+            return None
+        key = (id(self.shots[-2]), id(self.shots[-1]))
+        if self._compared[0] != key:
+            self._compared = (key, compare(self.shots[-2], self.shots[-1]))
+        return self._compared[1]
 
     def _draw(self) -> None:
         run = self.live.run  # (the Run view's own bar, run_context, is not imported: run.py opens this view)
