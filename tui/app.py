@@ -604,6 +604,11 @@ class ConsoleApp(App[int]):
                 for d in load_drills():
                     yield SystemCommand(f"Drill: {d.name}", f"{d.what} (launches with this fault; asks first)",
                                         partial(self.start_drill, d))
+        if self.live is not None:
+            from .screens.snapshot import open_snapshot
+
+            yield SystemCommand("Snapshot: where every rank is", f"stacks, kernel state and connections of every "
+                                f"rank of run {self.live.id}, the odd ones first", partial(open_snapshot, self))
         if not self.readonly and self.live is not None:
             yield SystemCommand("Tear down the run…", f"stop every process of run {self.live.id} (asks first)",
                                 self.runs.request_teardown)

@@ -250,6 +250,25 @@ def _launching_run(seconds: int) -> Step:
     return shot
 
 
+def _snapshot(compared: bool, *keys: str) -> Step:
+    """The Snapshot view over the hung run, with core's snapshots of a real hung 1P1D run (fakesnap.py): the first
+    only, or compared with the one 2 s later; then `keys`."""
+    async def then(pilot) -> None:
+        try:
+            from .fakesnap import fake_snapshots
+        except ImportError:  # run as a script
+            from fakesnap import fake_snapshots  # type: ignore[no-redef]
+        from atomdeck.tui.screens.snapshot import SnapshotScreen
+
+        app = pilot.app
+        live = app.live
+        shots = fake_snapshots(live.id, CLOCK.timestamp() - 2, str(live.run.rd.path))
+        app.push_screen(SnapshotScreen(live, shots if compared else shots[:1]))
+        await pilot.pause()
+        await pilot.press(*keys)
+    return _run("hung", then)
+
+
 def _keys(*keys: str) -> Step:
     async def step(pilot) -> None:
         await pilot.press(*keys)
@@ -299,6 +318,9 @@ SHOTS: dict[str, tuple[dict, tuple[int, int], Step]] = {
                                   _launching("Slurm job 48213 is PENDING (Resources); waiting up to 120 s for it "
                                              "to start", 37)),
     "36-launch-counting-100x30": ({}, SMALL, _launching_run(2)),
+    "37-snapshot-hung-rank": ({}, BIG, _snapshot(False)),
+    "38-snapshot-compared-stacks": ({}, BIG, _snapshot(True, "enter")),
+    "39-snapshot-compared-100x30": ({}, SMALL, _snapshot(True)),
 }
 
 

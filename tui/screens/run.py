@@ -346,6 +346,11 @@ class RunScreen(PacedRunView):
         if name:
             self.console.runs.open_logs([name])
 
+    def action_snapshot(self) -> None:
+        from .snapshot import open_snapshot
+
+        open_snapshot(self.app)
+
     def action_teardown(self) -> None:
         self.console.runs.request_teardown()
 
