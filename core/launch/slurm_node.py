@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from ..config.errors import AtomdeckError
 from ..design.commands import ProcessSpec
+from ..design.container import with_mount
 from ..remote.filetail import follow
 from ..remote.shell import Runner
 from .base import SUPERVISOR, ProcHandle, ProcStatus, StopReport, marker, script, spawn
@@ -102,7 +103,8 @@ class NodeSteps:
         text = "".join(shlex.join(["start", s.name, marker(self.run_id, s.name), f"{logs}/{s.name}.log",
                                    f"{logs}/{s.name}.exit", *s.inner]) + "\n" for s in group)
         argv = ["srun", "--jobid", str(self.job_id), "--overlap", "-w", node, "-N1", "-n1", f"--job-name={AGENT}{key}",
-                f"--output={agent_log}", "sh", "-c", NODE_SCRIPT, "atomdeck-node", self.run_id, SUPERVISOR, listing]
+                f"--output={agent_log}", *self._step_options(node, group), "sh", "-c", NODE_SCRIPT, "atomdeck-node",
+                self.run_id, SUPERVISOR, listing]
         env = {"ATOMDECK_RUN": f"{self.run_id}:@{key}"}  # the sweep finds the node's step by it too
         names = [s.name for s in group]
         if self.local_control:
@@ -136,6 +138,17 @@ class NodeSteps:
                  "srun_log": srun_log, "srun_pid": pid, "srun_here": self.local_control}
         return [ProcHandle(s.name, s.node, s.host, self.kind, pid=pids[s.name], log_path=f"{logs}/{s.name}.log",
                            exit_path=f"{logs}/{s.name}.exit", step=step, extra=dict(extra)) for s in group]
+
+    def _step_options(self, node: str, group: list[ProcessSpec]) -> list[str]:
+        """pyxis: the node's step runs in the run's container on the node (every process of the node shares
+        it: one --container-name per node and run), with the run's shared directory mounted at its own path,
+        since the node script, the supervisors' exit files and the logs live there."""
+        opts = [s.step_options for s in group if s.step_options]
+        if not opts:
+            return []
+        if any(o != opts[0] for o in opts):
+            raise AtomdeckError(f"the processes on {node} ask for different containers; one step holds them all")
+        return with_mount(opts[0], self.shared_dir)
 
     async def _started_here(self, path: str, n: int, child: subprocess.Popen, timeout: float = 60) -> str:
         """The node step's output once it shows n "started" lines (or srun ended, or the timeout)."""
