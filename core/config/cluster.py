@@ -199,7 +199,10 @@ class ContainerSpec(_Strict):
                                           "container_mounts (pyxis --container-mounts, docker/podman -v, "
                                           "apptainer --bind)")
     workdir: str | None = Field(None, description="working directory inside the container")
-    shm_size: str = "128G"
+    devices: list[str] = Field(default_factory=lambda: ["/dev/dri", "/dev/kfd"],
+                               description="docker/podman --device: the GPUs (and /dev/infiniband for an RDMA KV "
+                                           "transfer); apptainer's --rocm and enroot's hooks find them themselves")
+    shm_size: str = Field("128G", description="docker --shm-size (podman refuses it with --ipc host: not given)")
     mount_path: str = "/models"
     extra_args: list[str] = Field(default_factory=list)
     pull_timeout_s: float = Field(1800, gt=0, description="pre-flight's image check may pull the image: "

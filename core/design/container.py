@@ -2,7 +2,8 @@
 the engine or the router in its image. Pure functions of the plan; commands.py calls them.
 
 - docker / podman: `docker run` as InferenceX's job.slurm runs it (host network and IPC, GPUs, RDMA, model
-  directory at container.mount_path), podman with the same options (podman's CLI takes docker's).
+  directory at container.mount_path), podman with the same options (podman's CLI takes docker's) but
+  --shm-size, which podman 4.3 refuses with --ipc host (the host's /dev/shm is used).
 - pyxis: the options of pyxis's args.c (NVIDIA/pyxis v0.24.0), given to the Slurm step that runs the node's
   processes: srun --container-image=... --container-mounts=... --container-name=... [...]. The command itself
   is unchanged (`env K=V... argv`), run inside the container.
@@ -95,11 +96,14 @@ def docker_run(plan: Plan, binary: str, node: str, name: str, nic: str, argv: li
     GPUs, RDMA, the mounts, the environment with -e, no entrypoint."""
     c = plan.cluster.container
     rdma = plan.recipe.mode == "disagg" and plan.recipe.mooncake.protocol in (None, "rdma")
+    devices = [*c.devices, *(["/dev/infiniband"] if rdma else [])]
     out = [binary, "run", "--rm", "--init", "--stop-timeout", "10", "--name", name,
-           "--device", "/dev/dri", "--device", "/dev/kfd", *(["--device", "/dev/infiniband"] if rdma else []),
+           *[x for d in devices for x in ("--device", d)],
            "--ulimit", "memlock=-1", "--ulimit", "stack=67108864", "--ulimit", "nofile=1048576:1048576",
            "--network", "host", "--ipc", "host", "--group-add", "video", "--cap-add", "SYS_PTRACE",
-           "--security-opt", "seccomp=unconfined", "--privileged", "-v", "/sys:/sys", "--shm-size", c.shm_size]
+           "--security-opt", "seccomp=unconfined", "--privileged", "-v", "/sys:/sys"]
+    if binary == "docker":  # podman 4.3: "cannot set shmsize when running in the {host } IPC Namespace"
+        out += ["--shm-size", c.shm_size]
     for m in mounts(plan, node, nic, sim_mounts):
         out += ["-v", m.docker()]
     if c.workdir:

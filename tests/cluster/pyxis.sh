@@ -79,7 +79,7 @@ pyxis_image() {
   cp /bin/busybox "$root/bin/busybox"
   for a in $("$root/bin/busybox" --list); do [ -e "$root/bin/$a" ] || ln -s busybox "$root/bin/$a"; done
   printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n' > "$root/etc/passwd"
-  printf 'root:x:0:\nnogroup:x:65534:\n' > "$root/etc/group"
+  printf 'root:x:0:\nvideo:x:44:\nnogroup:x:65534:\n' > "$root/etc/group"   # video: docker/podman --group-add
   chmod 1777 "$root/tmp"
   rm -f "$SIM_IMAGE.new"
   mksquashfs "$root" "$SIM_IMAGE.new" -comp lzo -noD -all-root -quiet >/dev/null
