@@ -108,7 +108,8 @@ def test_podman_takes_dockers_options_and_apptainer_its_own():
     docker = lab_assess("image: rocm/atom:v1\n", cluster=LAB + "container: {runtime: docker, mounts: [/d:/d:ro]}\n")
     podman = lab_assess("image: rocm/atom:v1\n", cluster=LAB + "container: {runtime: podman, mounts: [/d:/d:ro]}\n")
     d, p = docker.processes[0].inner, podman.processes[0].inner
-    assert d[0] == "docker" and p[0] == "podman" and d[1:] == p[1:]
+    i = d.index("--shm-size")  # podman 4.3 refuses it with --ipc host: the only difference
+    assert d[0] == "docker" and p[0] == "podman" and d[1:i] + d[i + 2:] == p[1:] and "--shm-size" not in p
     assert "/d:/d:ro" in p and p[p.index("--network") + 1] == "host"
     app = lab_assess("image: /img/atom.sif\n", cluster=LAB + "container: {runtime: apptainer, mounts: [/d:/d:ro],"
                      " workdir: /w}\n").processes[0]
