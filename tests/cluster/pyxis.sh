@@ -21,6 +21,7 @@ ENROOT_TGZ=enroot-8ea147d.tar.gz
 PYXIS_TGZ=pyxis-v0.24.0-1075199.tar.gz
 PLUGSTACK=$CT/pyxis/plugstack.conf
 SIM_IMAGE=$CT/images/atomsim.sqsh
+SIM_IMAGE_VERSION=2   # bump when pyxis_image builds a different root file system
 
 slurmd_path() { echo "$CT/enroot/bin:$PATH"; }
 
@@ -74,7 +75,8 @@ pyxis_configure() {
 # Python is not in it: the host's /usr, /lib, /lib64 are mounted in (recipes/clusters/lab-pyxis.yaml).
 pyxis_image() {
   local root=$CT/images/rootfs a
-  [ -s "$SIM_IMAGE" ] && [ "$SIM_IMAGE" -nt /bin/busybox ] && return 0
+  [ -s "$SIM_IMAGE" ] && [ "$SIM_IMAGE" -nt /bin/busybox ] && \
+    [ "$(cat "$SIM_IMAGE.version" 2>/dev/null)" = "$SIM_IMAGE_VERSION" ] && return 0
   rm -rf "$root"; mkdir -p "$root"/{bin,etc,dev,proc,sys,tmp,run,root,usr,lib,lib64,var}
   cp /bin/busybox "$root/bin/busybox"
   for a in $("$root/bin/busybox" --list); do [ -e "$root/bin/$a" ] || ln -s busybox "$root/bin/$a"; done
@@ -84,6 +86,7 @@ pyxis_image() {
   rm -f "$SIM_IMAGE.new"
   mksquashfs "$root" "$SIM_IMAGE.new" -comp lzo -noD -all-root -quiet >/dev/null
   mv -f "$SIM_IMAGE.new" "$SIM_IMAGE"
+  echo "$SIM_IMAGE_VERSION" > "$SIM_IMAGE.version"
   t "simulator image $SIM_IMAGE ($(du -k "$SIM_IMAGE" | cut -f1) KiB)"
 }
 
