@@ -19,6 +19,7 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..config.cluster import Cluster
 from ..config.errors import AtomdeckError
 from ..design.commands import ProcessSpec
 from ..design.container import with_mount
@@ -41,6 +42,7 @@ class NodeSteps:
 
     # SlurmLauncher's (slurm.py)
     kind: str
+    cluster: Cluster
     run_id: str
     job_id: str | None
     runner: Runner
@@ -119,7 +121,9 @@ class NodeSteps:
                                     close_fds=True, env={**os.environ, **env})
             finally:
                 os.close(fd)
-            pid, out = child.pid, await self._started_here(agent_log, len(group), child)
+            # in a container the step may first import the image (pyxis with no container name): a pull's time
+            wait = max(60.0, self.cluster.container.pull_timeout_s) if any(s.step_options for s in group) else 60.0
+            pid, out = child.pid, await self._started_here(agent_log, len(group), child, wait)
         else:
             command = ["env", *[f"{k}={v}" for k, v in env.items()], *argv]
             res = await self.runner.run(["sh", "-c", START_SCRIPT, "start", listing, agent_log, srun_log,
