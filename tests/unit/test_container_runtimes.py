@@ -164,3 +164,34 @@ def test_pyxis_checks_the_image_on_every_node_and_the_open_files_limit_on_the_no
 def test_a_node_check_carries_no_image_for_docker(tmp_path):
     a = lab_assess("image: rocm/atom:v1\n", cluster=LAB + "container: {runtime: docker}\n")
     assert all(isinstance(c, NodeCheck) and c.image_file == "" for c in checks_for(a.plan, a.processes))
+
+
+def test_an_image_check_gets_the_pull_timeout_and_says_it_is_still_running(monkeypatch):
+    """A pull may take many minutes: the image check runs up to container.pull_timeout_s (not the node script's
+    60 s), says every PROGRESS_S which nodes are still at it, and one that runs out is named with its node and
+    the key to raise. Here the 'pull' is a real `sleep` that outlasts a 0.4 s timeout."""
+    import asyncio
+
+    from atomdeck.core.config.errors import PreflightError
+    from atomdeck.core.remote import preflight
+    from atomdeck.core.remote.shell import LocalRunner, Result
+
+    monkeypatch.setattr(preflight, "PROGRESS_S", 0.1)
+    a = lab_assess("image: rocm/atom:v1\n", cluster=LAB + "container: {runtime: docker, pull_timeout_s: 0.4}\n")
+    said: list[str] = []
+    asked: list[float] = []
+
+    async def node(_node, _argv):  # the node script: done, nothing found
+        return Result([], 0, "preflight=done\nnic=none\nips=10.1.0.1\n", "")
+
+    async def image(_node, _argv, timeout):
+        asked.append(timeout)
+        return await LocalRunner().run(["sleep", "3"], timeout=timeout)
+
+    with pytest.raises(PreflightError) as e:
+        asyncio.run(preflight.run_checks(a.plan, a.processes, node, run_image=image, progress=said.append))
+    (f,) = [f for f in e.value.findings if f.rule == "preflight-image"]
+    assert asked == [0.4]
+    assert "no answer within 0.4 s (container.pull_timeout_s)" in f.message and f.node == a.processes[0].node
+    assert said[0] == f"checking image rocm/atom:v1 on {f.node} (up to 0.4 s: it may be pulled)"
+    assert any(s.startswith(f"image check still running on {f.node} after ") for s in said[1:]), said
