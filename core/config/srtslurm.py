@@ -28,7 +28,7 @@ from .srtslurm_keys import (
     TOP_LEVEL,
 )
 from .srtslurm_read import Imported, _int, _Reader
-from .srtslurm_roles import _env, _layout, _role_args, _role_env, _roles_v1, _roles_v2
+from .srtslurm_roles import _env, _layout, _restart, _role_args, _role_env, _roles_v1, _roles_v2
 from .yamlio import YamlDoc, parse_yaml, read_yaml
 
 # -- model, container, mounts -------------------------------------------------------------------------
@@ -447,22 +447,3 @@ def worker_timeout_parts(seconds: float) -> tuple[int, int]:
         if whole % interval == 0:
             return whole // interval, interval
     return whole, 1
-
-
-def _restart(r: _Reader, value: tuple) -> Any:
-    """srt-slurm's restart policy (its PR #451: a word or a mapping), checked here so a bad key is named with its
-    line in the srt-slurm file."""
-    from pydantic import ValidationError
-
-    from .recipe import RestartPolicy
-
-    raw, path = value
-    try:
-        RestartPolicy.model_validate({"policy": raw} if isinstance(raw, str) else raw)
-    except ValidationError as e:
-        for err in e.errors():
-            where = (*path, *(str(x) for x in err["loc"] if x != "policy" or not isinstance(raw, str)))
-            r.error(where, f"{err['msg']} (srt-slurm's restart: never, on-failure, always, or policy, "
-                           f"max_restarts, backoff_seconds, max_backoff_seconds)")
-        return None
-    return raw

@@ -224,3 +224,22 @@ def _checked(r: _Reader, value: tuple[Any, tuple], what: str, minimum: int) -> i
         r.error(path, f"{what} must be a whole number of at least {minimum}, got {raw!r}")
         return None
     return raw
+
+
+def _restart(r: _Reader, value: tuple) -> Any:
+    """srt-slurm's restart policy (its PR #451: a word or a mapping), checked here so a bad key is named with its
+    line in the srt-slurm file."""
+    from pydantic import ValidationError
+
+    from .recipe import RestartPolicy
+
+    raw, path = value
+    try:
+        RestartPolicy.model_validate({"policy": raw} if isinstance(raw, str) else raw)
+    except ValidationError as e:
+        for err in e.errors():
+            where = (*path, *(str(x) for x in err["loc"] if x != "policy" or not isinstance(raw, str)))
+            r.error(where, f"{err['msg']} (srt-slurm's restart: never, on-failure, always, or policy, "
+                           f"max_restarts, backoff_seconds, max_backoff_seconds)")
+        return None
+    return raw

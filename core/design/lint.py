@@ -17,6 +17,7 @@ from ..config.recipe import Recipe, RoleSpec
 from ..engines import ENGINES, FRONTENDS, known
 from ..engines.args import canonical
 from .commands import LaunchContext, ProcessSpec, render
+from .container import container_findings
 from .findings import Finding, has_errors
 from .inventory import Node
 from .plan import Plan, Selection, build_plan, choose_nodes
@@ -181,7 +182,7 @@ def recipe_findings(recipe: Recipe, cluster: Cluster, catalog: Catalog | None) -
             out.append(Finding("log-level", "warning",
                                f"ATOM_LOG_LEVEL={level} hides ATOM's startup stages, so atomdeck cannot tell "
                                "loading from hung", f"{where}.ATOM_LOG_LEVEL", "remove it or set it to INFO"))
-    return out
+    return out + container_findings(recipe, cluster)
 
 
 @rule("barrier-role-port")

@@ -158,6 +158,7 @@ class Launcher(Protocol):
     on_facts: Callable[[dict], None] | None
     on_progress: Callable[[str], None] | None
     on_started: Callable[[ProcHandle], None] | None
+    container_runtime: str  # the cluster's container.runtime (remove_containers)
 
     async def prepare(self, plan: Plan, processes: list[ProcessSpec]) -> dict: ...
     async def node_health(self, nodes: list[str]) -> dict[str, str]: ...
@@ -185,6 +186,7 @@ class LauncherBase(abc.ABC):
     """Shared code of the launchers (local.py, ssh.py, slurm.py); each satisfies `Launcher`."""
 
     kind: str = "?"
+    container_runtime: str = "none"  # the cluster's container.runtime: how remove_containers removes them
 
     def __init__(self, run_id: str, run_dir: str):
         self.run_id = run_id
@@ -320,22 +322,27 @@ class LauncherBase(abc.ABC):
         return await connect_from_node(node_run, targets, timeout)
 
     async def remove_containers(self, by_node: dict[str, list[str]]) -> list[tuple[bool, str]]:
-        """`docker rm -f` the run's containers on every node, as InferenceX's teardown does: stopping the
-        `docker run` client (SIGKILL after the grace period) does not stop its container, which would
-        keep the node's GPUs. Returns (done, what happened) per node."""
+        """`docker rm -f` (`podman rm -f`) the run's containers on every node, as InferenceX's teardown does:
+        stopping the `docker run` client (SIGKILL after the grace period) does not stop its container, which
+        would keep the node's GPUs. Returns (done, what happened) per node."""
         import asyncio
+
+        binary = self.container_runtime if self.container_runtime in ("docker", "podman") else "docker"
+
+        def gone(line: str) -> bool:  # docker: "No such container: x"; podman 4: "... no such container"
+            return "No such container" in line or "no such container" in line
 
         async def one(node: str, names: list[str]) -> tuple[bool, str]:
             try:
-                res = await self.node_run(node, ["docker", "rm", "-f", *names])
+                res = await self.node_run(node, [binary, "rm", "-f", *names])
             except Exception as e:
                 return False, f"{node}: could not remove containers {', '.join(names)}: {e}"
             removed = [n for n in names if n in res.stdout.split()]
-            errors = [ln for ln in res.stderr.splitlines() if ln.strip() and "No such container" not in ln]
+            errors = [ln for ln in res.stderr.splitlines() if ln.strip() and not gone(ln)]
             if res.ok or not errors:  # a container already gone is what we want
                 return True, (f"{node}: containers removed: {', '.join(removed)}" if removed else
                               f"{node}: no container left")
-            return False, f"{node}: docker rm -f {' '.join(names)} failed: {errors[-1]}"
+            return False, f"{node}: {binary} rm -f {' '.join(names)} failed: {errors[-1]}"
 
         return list(await asyncio.gather(*(one(n, names) for n, names in sorted(by_node.items()))))
 

@@ -20,12 +20,15 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..config.cluster import Cluster
 from ..config.errors import AtomdeckError
 from ..design.commands import ProcessSpec
+from ..design.container import with_mount
 from ..remote.filetail import follow
 from ..remote.shell import Runner
 from .base import ORPHAN_ENDED, SUPERVISOR, ProcHandle, ProcStatus, StopReport, marker, orphan, script, spawn
 from .local import describe_exit, wait_exit
+from .slurm_lines import _int, _supervisor_ended, ended_codes, started_pids
 
 NODE_SCRIPT = script("slurm-node")  # one step per node starts the node's processes and reports their ends
 STOP_SCRIPT = script("slurm-stop")  # stop several of a node's processes by process group, in one step
@@ -44,6 +47,7 @@ class NodeSteps:
 
     # SlurmLauncher's (slurm.py)
     kind: str
+    cluster: Cluster
     run_id: str
     job_id: str | None
     runner: Runner
@@ -108,7 +112,8 @@ class NodeSteps:
         text = "".join(shlex.join(["start", s.name, marker(self.run_id, s.name), f"{logs}/{s.name}.log",
                                    f"{logs}/{s.name}.exit", *s.inner]) + "\n" for s in group)
         argv = ["srun", "--jobid", str(self.job_id), "--overlap", "-w", node, "-N1", "-n1", f"--job-name={AGENT}{key}",
-                f"--output={agent_log}", "sh", "-c", NODE_SCRIPT, "atomdeck-node", self.run_id, SUPERVISOR, listing]
+                f"--output={agent_log}", *self._step_options(node, group), "sh", "-c", NODE_SCRIPT, "atomdeck-node",
+                self.run_id, SUPERVISOR, listing]
         env = {"ATOMDECK_RUN": f"{self.run_id}:@{key}"}  # the sweep finds the node's step by it too
         names = [s.name for s in group]
         if self.local_control:
@@ -123,7 +128,9 @@ class NodeSteps:
                                     close_fds=True, env={**os.environ, **env})
             finally:
                 os.close(fd)
-            pid, out = child.pid, await self._started_here(agent_log, len(group), child)
+            # in a container the step may first import the image (pyxis with no container name): a pull's time
+            wait = max(60.0, self.cluster.container.pull_timeout_s) if any(s.step_options for s in group) else 60.0
+            pid, out = child.pid, await self._started_here(agent_log, len(group), child, wait)
         else:
             command = ["env", *[f"{k}={v}" for k, v in env.items()], *argv]
             res = await self.runner.run(["sh", "-c", START_SCRIPT, "start", listing, agent_log, srun_log,
@@ -142,6 +149,17 @@ class NodeSteps:
                  "srun_log": srun_log, "srun_pid": pid, "srun_here": self.local_control}
         return [ProcHandle(s.name, s.node, s.host, self.kind, pid=pids[s.name], log_path=f"{logs}/{s.name}.log",
                            exit_path=f"{logs}/{s.name}.exit", step=step, extra=dict(extra)) for s in group]
+
+    def _step_options(self, node: str, group: list[ProcessSpec]) -> list[str]:
+        """pyxis: the node's step runs in the run's container on the node (every process of the node shares
+        it: one --container-name per node and run), with the run's shared directory mounted at its own path,
+        since the node script, the supervisors' exit files and the logs live there."""
+        opts = [s.step_options for s in group if s.step_options]
+        if not opts:
+            return []
+        if any(o != opts[0] for o in opts):
+            raise AtomdeckError(f"the processes on {node} ask for different containers; one step holds them all")
+        return with_mount(opts[0], self.shared_dir)
 
     async def _started_here(self, path: str, n: int, child: subprocess.Popen, timeout: float = 60) -> str:
         """The node step's output once it shows n "started" lines (or srun ended, or the timeout)."""
@@ -402,35 +420,3 @@ class NodeSteps:
             else:
                 out[h.name] = StopReport(h.name, h.node, False, f"could not stop it on {node}: {res.explain()}")
         return out
-
-
-def started_pids(text: str) -> dict[str, int]:
-    """name -> PID from a node step's "started NAME PID" lines."""
-    out = {}
-    for line in text.splitlines():
-        parts = line.split()
-        if len(parts) == 3 and parts[0] == "started" and parts[2].isdigit():
-            out[parts[1]] = int(parts[2])
-    return out
-
-
-def _int(text: str) -> int | None:
-    try:
-        return int(text.strip())
-    except ValueError:
-        return None
-
-
-def _supervisor_ended(code: int | None) -> ProcStatus:
-    return ProcStatus(False, code, f"its supervisor {describe_exit(code)}" if code is not None else
-                      "ended, exit code unknown")
-
-
-def ended_codes(text: str) -> dict[str, int | None]:
-    """name -> the supervisor's exit status (None: not known) from a node step's "ended NAME CODE" lines."""
-    out: dict[str, int | None] = {}
-    for line in text.splitlines():
-        parts = line.split()
-        if len(parts) >= 2 and parts[0] == "ended":
-            out[parts[1]] = int(parts[2]) if len(parts) > 2 and parts[2].isdigit() else None
-    return out

@@ -133,7 +133,8 @@ class SshLauncher(LauncherBase):
         await asyncio.gather(*(mk(n) for n in nodes))  # also: the first connection to every node, in parallel
         self._say(f"pre-flight checks on {len(nodes)} nodes")
         facts = await run_checks(plan, processes, lambda node, argv: self.shell(node).run(argv, timeout=60),
-                                 self.run_id)
+                                 self.run_id, progress=self._say,
+                                 run_image=lambda node, argv, t: self.shell(node).run(argv, timeout=t))
         self._say(f"checking the engines' flags on {len(nodes)} nodes")
         await check_engine_flags(plan, processes, lambda node, argv: self.shell(node).run(argv, timeout=120))
         return {"remote_dir": self.remote_dir, **facts}
