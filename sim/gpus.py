@@ -159,8 +159,8 @@ def holders(node_ip: str | None = None) -> list[Holder]:
     """Every live process that holds memory on this node's GPUs (files of ended processes are removed)."""
     ip = node_ip if node_ip is not None else os.environ.get("ATOMSIM_NODE_IP", "").strip()
     root = base_dir()
-    if ip:
-        dirs = [node_dir(ip)]
+    if ip:  # this node's, and what was held in this namespace with no address given (`hold` on a lab node)
+        dirs = [node_dir(ip), node_dir("")]
     else:  # a node of its own network namespace (the lab): every address seen in it
         prefix = f"{netns()}-"
         try:

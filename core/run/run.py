@@ -59,22 +59,24 @@ class TeardownReport:
     processes: list[StopReport] = field(default_factory=list)
     open_ports: list[str] = field(default_factory=list)
     released: list[str] = field(default_factory=list)
+    gpus: str = ""  # "VRAM back to baseline on every GPU (...)", or what still holds memory (watchers/gpus.py)
 
     def lines(self) -> list[str]:
         out = [f"{r.node:16} {r.name:12} {'gone' if r.ok else 'STILL RUNNING'}: {r.detail}" for r in self.processes]
         out += [f"released: {x}" for x in self.released]
         out += [f"port still open: {p}" for p in self.open_ports]
+        out += [self.gpus] if self.gpus else []
         out.append("verified clean: every process gone, every port closed" if self.clean else "NOT clean")
         return out
 
     def to_json(self) -> dict:
         return {"clean": self.clean, "processes": [asdict(r) for r in self.processes], "open_ports": self.open_ports,
-                "released": self.released}
+                "released": self.released, "gpus": self.gpus}
 
 
 class Run:
     """One deployment, live or reattached. It HAS its watchers (run/watchers/: logs, barrier, pairs,
-    router, nodes, timeouts, binding, health, metrics), each a small object that reports by events."""
+    router, nodes, timeouts, binding, health, metrics, gpus), each a small object that reports by events."""
 
     def __init__(self, rd: RunDir, recipe: Recipe, cluster: Cluster, plan: Plan, processes: list[ProcessSpec],
                  launcher: Launcher, state: RunState):
@@ -433,13 +435,19 @@ class Run:
                         self.emit(Event("teardown", "containers", "removed" if done else "left", line))
                         if not done:
                             problems.append(line)
+                before = await self.watchers.gpus.check_released()  # while the allocation still reaches the nodes
                 try:
                     released = await self.launcher.release(list(self.plan.selection.all()))
                 except Exception as e:
                     released = []
                     problems.append(f"the allocation was not released: {e}")
                     self.emit(Event("teardown", "allocation", "left", problems[-1]))
-                return await self._verify_stopped(reports, released, "; ".join(problems))
+                gpus_ok, gpus_line = await self.watchers.gpus.after_release(before)
+                if not gpus_ok:
+                    problems.append(gpus_line)
+                report = await self._verify_stopped(reports, released, "; ".join(problems))
+                report.gpus = gpus_line
+                return report
             except BaseException:  # interrupted or failed half-way: never leave the run "stopping"
                 self._set_status("dirty", "teardown interrupted; run `atomdeck down` again")
                 raise

@@ -9,6 +9,7 @@
 - binding: ready-but-not-bound ports, with what the process really listens on
 - health: health after the start (unresponsive endpoints), with recovery
 - metrics: live metrics per endpoint and stalls
+- gpus: each node's GPUs (VRAM, activity, power, temperature), GPUs held by no process of the run
 
 `Watchers.watch` runs them all until a condition holds; `Watchers.refresh` is one bounded pass (for
 `atomdeck status`).
@@ -26,6 +27,7 @@ from ..diagnose import diagnose
 from ..events import HEALTH_STAGES, LIVE, Event, RunState
 from .base import RunHost, cancel_all, keep_going
 from .binding import BindWatcher
+from .gpus import GpuWatcher
 from .health import ServingHealth
 from .logs import LogWatcher
 from .metrics import MetricsWatcher
@@ -64,6 +66,7 @@ class Watchers:
         self.binding = BindWatcher(run, self)
         self.health = ServingHealth(run, self)
         self.metrics = MetricsWatcher(run, self)
+        self.gpus = GpuWatcher(run, self)
 
     def settle(self) -> None:
         """After a health change: the run is degraded while an endpoint is unresponsive or stalled or a
@@ -96,7 +99,8 @@ class Watchers:
                   asyncio.create_task(keep("node health", self.nodes.poll), name="nodes"),
                   asyncio.create_task(keep("ready-but-not-bound checks", self.binding.watch), name="binding"),
                   asyncio.create_task(keep("health checks", self.health.watch), name="health"),
-                  asyncio.create_task(keep("metrics", self.metrics.watch), name="metrics")]
+                  asyncio.create_task(keep("metrics", self.metrics.watch), name="metrics"),
+                  asyncio.create_task(keep("GPU telemetry", self.gpus.poll), name="gpus")]
         conn_hook = getattr(run.launcher, "on_connection_state", None)
         if conn_hook is not None:
             conn_hook(lambda node, state, reason: run.emit(Event("conn", node, "ok" if state == "up" else state,
@@ -150,7 +154,7 @@ class Watchers:
         if self.run.state.status in LIVE:
             try:
                 async with asyncio.timeout(live):
-                    await asyncio.gather(self.health.check_once(), self.metrics.scrape_once())
+                    await asyncio.gather(self.health.check_once(), self.metrics.scrape_once(), self.gpus.poll_once())
             except TimeoutError:
                 pass
             self.settle()
