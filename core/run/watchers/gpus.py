@@ -167,6 +167,9 @@ class GpuWatcher:
         if not ok:
             again = await self.check_released(tries=2)
             if again[1]:
-                ok, _, line = again
+                held = line.removeprefix("VRAM not back to baseline: ")
+                ok, line = again[0], again[2]
+                if ok:  # the orphans the sweep found by their marker: named, since nothing else ended them
+                    line += f", once the sweep ended what held it: {held}"
         self.run.emit(Event("teardown", "gpus", "baseline" if ok else "held", line))
         return ok, line
