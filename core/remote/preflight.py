@@ -16,21 +16,23 @@ from dataclasses import dataclass, field
 
 from ..config.cluster import NodeIp
 from ..config.errors import PreflightError
+from ..config.paths import sim_shim_dir
 from ..config.text import listed
 from ..design.commands import ProcessSpec
 from ..design.findings import Finding
 from ..design.plan import Plan
+from .gpus import VRAM_IDLE_PCT, parse_amdsmi_metric, parse_rocmsmi
 from .shell import Result
 
-VRAM_IDLE_PCT = 10
 NOFILE_NEEDED = 65536  # InferenceX: `ulimit -n 65536` / docker --ulimit nofile for Mooncake
 SIM_NOFILE_NEEDED = 4096  # the simulator's worker (Mooncake over TCP) holds about 30 files open
 WRAPPER_NOFILE = 65536  # supervisor.sh raises the soft limit to this, or else to the hard limit
 
 # $1: ports to check (space separated), $2: a path that must exist (or ""), $3: runtime check command,
 # $4: Mooncake library directories the workers' LD_LIBRARY_PATH names (space separated; outside containers;
-# inside an image IMAGE_SCRIPT checks them), $5: this launch's run id (its own processes are not another run's)
-SCRIPT = r'''ports=$1; model=$2; runtime=$3; mooncake=$4; self_run=$5
+# inside an image IMAGE_SCRIPT checks them), $5: this launch's run id (its own processes are not another run's),
+# $6: a directory to put first on PATH for the GPU tools (the simulator's amd-smi on simulated clusters, else "")
+SCRIPT = r'''ports=$1; model=$2; runtime=$3; mooncake=$4; self_run=$5; gpu_path=$6
 echo "host=$(hostname)"
 echo "nofile=$(ulimit -n) $(ulimit -Hn)"
 if [ -e /dev/infiniband ]; then echo "ib_dev=yes"; else echo "ib_dev=no"; fi
@@ -57,11 +59,17 @@ echo "busy_ports=$busy"
 if [ -n "$runtime" ]; then
   if out=$(sh -c "$runtime" 2>&1); then echo "runtime=ok"; else echo "runtime=missing $(echo "$out" | tail -1)"; fi
 fi
-if command -v rocm-smi >/dev/null 2>&1; then
-  echo "gpu_json=$(rocm-smi --showmemuse --json 2>/dev/null | tr -d '\n')"
-else
-  echo "gpu_json="
-fi
+(
+  [ -n "$gpu_path" ] && PATH="$gpu_path:$PATH"
+  PATH="$PATH:/opt/rocm/bin"
+  if command -v amd-smi >/dev/null 2>&1; then
+    echo "gpu_tool=amd-smi"; echo "gpu_json=$(amd-smi metric --mem-usage --json 2>/dev/null | tr -d '\n')"
+  elif command -v rocm-smi >/dev/null 2>&1; then
+    echo "gpu_tool=rocm-smi"; echo "gpu_json=$(rocm-smi --showmeminfo vram --json 2>/dev/null | tr -d '\n')"
+  else
+    echo "gpu_tool="; echo "gpu_json="
+  fi
+)
 me=$(readlink /proc/self/ns/net)
 runs=
 for f in $(cd /proc && grep -lsz '^ATOMDECK_RUN=' [0-9]*/environ); do
@@ -97,6 +105,7 @@ class NodeCheck:
     mooncake_dirs: list[str] = field(default_factory=list)  # LD_LIBRARY_PATH entries for Mooncake (no container)
     rdma: bool = False  # a KV transfer over RDMA runs on this node: /dev/infiniband must be there
     nofile: int = 0  # the open-files limit the engine needs (0: not checked here: a container checks its own)
+    gpu_path: str = ""  # put first on PATH for amd-smi / rocm-smi (the simulator's shim/bin on simulated clusters)
 
 
 def node_addresses(result: dict[str, str]) -> list[tuple[str, str]]:
@@ -154,7 +163,8 @@ def checks_for(plan: Plan, processes: list[ProcessSpec]) -> list[NodeCheck]:
         rdma = plan.recipe.mode == "disagg" and plan.recipe.mooncake.protocol in (None, "rdma") and bool(workers)
         nofile = nofile_needed(plan) if workers and not container else 0
         out.append(NodeCheck(node, ports, model_host_path(plan, node), runtime_check(processes, node),
-                             node_addr=plan.node(node).addr or "", mooncake_dirs=dirs, rdma=rdma, nofile=nofile))
+                             node_addr=plan.node(node).addr or "", mooncake_dirs=dirs, rdma=rdma, nofile=nofile,
+                             gpu_path=str(sim_shim_dir() / "bin") if plan.cluster.simulator.enabled else ""))
     return out
 
 
@@ -204,7 +214,7 @@ def runtime_check(processes: list[ProcessSpec], node: str) -> str:
 
 def command(check: NodeCheck, run_id: str = "") -> list[str]:
     return ["sh", "-c", SCRIPT, "atomdeck-preflight", " ".join(map(str, check.ports)), check.model_path,
-            check.runtime, " ".join(check.mooncake_dirs), run_id]
+            check.runtime, " ".join(check.mooncake_dirs), run_id, check.gpu_path]
 
 
 def parse(output: str) -> dict[str, str]:
@@ -243,14 +253,30 @@ def findings_from(check: NodeCheck, recipe_model: str) -> list[Finding]:
                            f"the worker's runtime cannot start on {n}: {rt[len('missing'):].strip() or 'not found'}",
                            "image / cluster", "install ATOM on the node or use the container image", n))
     out += image_findings(check)
-    gpu = r.get("gpu_json", "")
-    if gpu:
-        for card, pct in _vram_use(gpu):
-            if pct > VRAM_IDLE_PCT:
-                out.append(Finding("preflight-gpu", "error",
-                                   f"{card} on {n} already uses {pct:.0f}% VRAM (a leftover process?)",
-                                   "--nodes", f"free the GPU (VRAM <= {VRAM_IDLE_PCT}%) or pick another node", n))
+    out += gpu_findings(n, r.get("gpu_tool", ""), r.get("gpu_json", ""))
     return out
+
+
+def gpu_findings(node: str, tool: str, text: str) -> list[Finding]:
+    """Busy GPUs refuse the node: VRAM use above InferenceX's 10 %, read from amd-smi (rocm-smi as the fallback).
+    A node whose GPUs cannot be read is not refused for it (the tools may be missing on a login-less image)."""
+    try:
+        gpus = parse_amdsmi_metric(text) if tool == "amd-smi" else parse_rocmsmi(text) if text else []
+    except ValueError:
+        return []
+    busy = [g for g in gpus if g.busy]
+    if not busy:
+        return []
+    most = max(busy, key=lambda g: g.used_pct or 0)
+    which = f"GPU {', '.join(str(g.index) for g in busy)}; " if len(busy) < len(gpus) else ""
+    # (rocm-smi --showmemuse, an older pre-flight's reading, gives a percentage only: total 100)
+    held = f", {most.used_mb // 1024} GB" if most.used_mb is not None and most.total_mb not in (None, 100) else ""
+    return [Finding("preflight-gpu", "error",
+                    f"{len(busy)}/{len(gpus)} GPUs on {node} already hold VRAM ({which}up to "
+                    f"{most.used_pct or 0:.0f}%{held}, by {tool or 'rocm-smi'}): another job, or a leftover process",
+                    "--nodes",
+                    f"free the GPUs (VRAM <= {VRAM_IDLE_PCT}% each; `amd-smi process` names what holds them) "
+                    "or pick another node", node)]
 
 
 def image_findings(check: NodeCheck) -> list[Finding]:
@@ -340,24 +366,6 @@ def image_check_findings(ch: ImageCheck) -> list[Finding]:
                            f"the open-files limit inside image {img} is {soft} on {n} (docker run {given}); "
                            f"Mooncake needs {ch.nofile}",
                            "container.extra_args", f"pass --ulimit nofile={ch.nofile}:{ch.nofile} to docker", n))
-    return out
-
-
-def _vram_use(text: str) -> list[tuple[str, float]]:
-    try:
-        data = json.loads(text)
-    except ValueError:
-        return []
-    out = []
-    for card, fields in (data or {}).items():
-        if not isinstance(fields, dict):
-            continue
-        for k, v in fields.items():
-            if "VRAM" in k and "%" in k:
-                try:
-                    out.append((card, float(v)))
-                except (TypeError, ValueError):
-                    pass
     return out
 
 
