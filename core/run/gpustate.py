@@ -6,10 +6,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ..remote.gpus import VRAM_IDLE_PCT
-
 if TYPE_CHECKING:
     from ..design.plan import Plan
+
+# InferenceX's idle threshold, as core/remote/gpus.py's (a test keeps them equal): not imported from there, because
+# the console imports this module at its start and must not load remote/ (tests/tui/test_first_frame.py)
+VRAM_IDLE_PCT = 10
 
 
 @dataclass(frozen=True)
@@ -37,12 +39,14 @@ class NodeGpuState:
     foreign: list[int] = field(default_factory=list)  # GPUs holding memory with no live process of this run
     holders: list[tuple[int, int, str, int]] = field(default_factory=list)  # (gpu, pid, name, MiB) when listed
     since: float = 0.0
+    owners: dict[str, list[int]] = field(default_factory=dict)  # the run's process -> the GPUs it uses here
 
     @staticmethod
     def from_event(node: str, tool: str, error: str, data: dict, t: float) -> NodeGpuState:
         gpus = [GpuView(*row) for row in data.get("gpus", [])]
         return NodeGpuState(node, tool, error, gpus, list(data.get("foreign", [])),
-                            [(int(h[0]), int(h[1]), str(h[2]), int(h[3])) for h in data.get("holders", [])], t)
+                            [(int(h[0]), int(h[1]), str(h[2]), int(h[3])) for h in data.get("holders", [])], t,
+                            {k: list(v) for k, v in data.get("owners", {}).items()})
 
     def gpu(self, index: int) -> GpuView | None:
         return next((g for g in self.gpus if g.index == index), None)
@@ -113,3 +117,34 @@ def gpus_words(views: list[GpuView]) -> str:
     if util:
         out += f", {sum(util) / len(util):.0f} %"
     return out
+
+
+def proc_gpus(gpus: dict[str, NodeGpuState], node: str, name: str) -> list[GpuView]:
+    """The readings of the GPUs the run's process `name` uses on `node` (none for the router, or before a reading)."""
+    ns = gpus.get(node)
+    if ns is None:
+        return []
+    return [g for g in (ns.gpu(i) for i in ns.owners.get(name, [])) if g is not None]
+
+
+def gpus_cell(views: list[GpuView]) -> str:
+    """A table cell: '8×245G 12%' (count, the most VRAM used on one of them, mean GFX activity)."""
+    if not views:
+        return ""
+    used = max((g.used_mb for g in views if g.used_mb is not None), default=None)
+    util = [g.util_pct for g in views if g.util_pct is not None]
+    out = f"{len(views)}×{'?' if used is None else f'{used / 1024:.0f}G'}"
+    return out + (f" {sum(util) / len(util):.0f}%" if util else "")
+
+
+def node_cell(ns: NodeGpuState | None) -> str:
+    """A table cell: '2.2T free', 'no amd-smi' or ''."""
+    if ns is None:
+        return ""
+    if ns.error and not ns.gpus:
+        return "no amd-smi" if "neither" in ns.error else "unread"
+    free, total = ns.free_mb()
+    if not total:
+        return ""
+    g = free / 1024
+    return (f"{g / 1024:.1f}T" if g >= 1000 else f"{g:.0f}G") + " free"

@@ -70,3 +70,10 @@ def test_the_run_view_flags_memory_held_by_no_process_of_the_run_and_names_holde
     assert idle.flag() == "" and free_words(idle) == "2.2 TB free of 2.2 TB"
     assert gpus_words([GpuView(i, 250675, 294912, 12.0) for i in range(8)]) == "8 GPUs 245 GB each, 12 %"
     assert free_words(NodeGpuState("n3", "", NO_TOOL)) == NO_TOOL
+
+
+def test_the_run_view_and_the_reader_share_the_idle_threshold():
+    from atomdeck.core.remote import gpus
+    from atomdeck.core.run import gpustate
+
+    assert gpustate.VRAM_IDLE_PCT == gpus.VRAM_IDLE_PCT == 10  # InferenceX: VRAM <= 10 %

@@ -71,7 +71,8 @@ class GpuWatcher:
             holders = [(p.gpu, p.pid, p.name, p.vram_mb) for p in ng.procs]
             self._holders[ng.node] = holders
         data = {"gpus": [[g.index, g.used_mb, g.total_mb, g.util_pct, g.power_w, g.temp_c] for g in ng.gpus],
-                "foreign": foreign, "holders": [list(h) for h in holders]}
+                "foreign": foreign, "holders": [list(h) for h in holders],
+                "owners": {name: idx for name, (node, idx) in expected_gpus(self.run.plan).items() if node == ng.node}}
         self.run.emit(Event("gpus", ng.node, ng.tool, ng.error, data))
 
     async def check(self, node: str) -> NodeGpus:
