@@ -205,7 +205,22 @@ def AsyncIOProc(rank: Rank, rev: str, parent: int, leave_group: bool, calls: int
     if leave_group:  # ATOMSIM_RANK_SETSID: a rank that left its process group (and session)
         os.setsid()
     _set_title(rank.title, rev)
+    hold_gpu_memory(rank)
     busy_loop(calls, rank)
+
+
+# ---- the rank's GPU memory (gpus.py) ------------------------------------------------------------------------
+
+GPU_MEMORY = {"utilization": 0.9}  # --gpu-memory-utilization, set by the server before it forks (worker.py)
+
+
+def hold_gpu_memory(rank: Rank) -> None:
+    """The rank holds its share of its GPU for as long as it lives (the amd-smi stand-in reads it): ATOM's
+    model_runner.py puts rank r of EngineCore d on device ``d * tp + r`` and sizes its KV cache to
+    ``total * gpu_memory_utilization``."""
+    from . import gpus
+
+    gpus.hold_rank_memory(rank.dp_rank * rank.tp + rank.tp_rank, GPU_MEMORY["utilization"])
 
 
 def busy_loop(calls: int, rank: Rank) -> None:

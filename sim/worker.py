@@ -15,7 +15,7 @@ import signal
 import sys
 import time
 
-from . import atomlog, simenv
+from . import atomlog, proctree, simenv
 from .engine_tree import EngineTree
 from .faults import WORKER_STAGES, Faults, freeze_later, python_crash
 from .httpd import HttpServer, Request, reason
@@ -45,6 +45,7 @@ class Worker:
             self.tp, self.dp = 1, args.tensor_parallel_size * args.data_parallel_size
         self.connector: MooncakeConnector | None = None
         self.tree = EngineTree(self.tp, self.dp, simenv.atom_rev(), self.faults.rank_setsid)
+        proctree.GPU_MEMORY["utilization"] = args.gpu_memory_utilization  # what each rank holds (gpus.py)
         self.http: HttpServer | None = None
         self.serving = False
         self.first_request_seen = False

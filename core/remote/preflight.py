@@ -9,25 +9,25 @@ from __future__ import annotations
 import asyncio
 import fnmatch
 import ipaddress
-import json
 import shlex
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from ..config.cluster import NodeIp
 from ..config.errors import PreflightError
+from ..config.paths import sim_shim_dir
 from ..config.text import listed
 from ..design.commands import ProcessSpec
 from ..design.container import image_of
 from ..design.findings import Finding
 from ..design.plan import Plan
+from .gpus import VRAM_IDLE_PCT, parse_amdsmi_metric, parse_rocmsmi
 from .image_check import IMAGE_SCRIPT, PROGRESS_S, ImageCheck, image_check_findings, is_file_image, pyxis_error
 from .image_check import image_checks_for as _image_checks_for
 from .shell import Result
 
 __all__ = ["IMAGE_SCRIPT", "ImageCheck", "image_check_findings", "image_checks_for"]
 
-VRAM_IDLE_PCT = 10
 NOFILE_NEEDED = 65536  # InferenceX: `ulimit -n 65536` / docker --ulimit nofile for Mooncake
 SIM_NOFILE_NEEDED = 4096  # the simulator's worker (Mooncake over TCP) holds about 30 files open
 WRAPPER_NOFILE = 65536  # supervisor.sh raises the soft limit to this, or else to the hard limit
@@ -36,7 +36,8 @@ WRAPPER_NOFILE = 65536  # supervisor.sh raises the soft limit to this, or else t
 # $4: Mooncake library directories the workers' LD_LIBRARY_PATH names (space separated; outside containers;
 # inside an image IMAGE_SCRIPT checks them), $5: this launch's run id (its own processes are not another run's),
 # $6: the image when it is a file on the node (pyxis, apptainer: a squashfs), or ""
-SCRIPT = r'''ports=$1; model=$2; runtime=$3; mooncake=$4; self_run=$5; image=$6
+# $7: a directory to put first on PATH for the GPU tools (the simulator's amd-smi on simulated clusters, else "")
+SCRIPT = r'''ports=$1; model=$2; runtime=$3; mooncake=$4; self_run=$5; image=$6; gpu_path=$7
 echo "host=$(hostname)"
 if [ -n "$image" ]; then if [ -r "$image" ]; then echo "image=present"; else echo "image=missing"; fi; fi
 echo "nofile=$(ulimit -n) $(ulimit -Hn)"
@@ -64,11 +65,17 @@ echo "busy_ports=$busy"
 if [ -n "$runtime" ]; then
   if out=$(sh -c "$runtime" 2>&1); then echo "runtime=ok"; else echo "runtime=missing $(echo "$out" | tail -1)"; fi
 fi
-if command -v rocm-smi >/dev/null 2>&1; then
-  echo "gpu_json=$(rocm-smi --showmemuse --json 2>/dev/null | tr -d '\n')"
-else
-  echo "gpu_json="
-fi
+(
+  [ -n "$gpu_path" ] && PATH="$gpu_path:$PATH"
+  PATH="$PATH:/opt/rocm/bin"
+  if command -v amd-smi >/dev/null 2>&1; then
+    echo "gpu_tool=amd-smi"; echo "gpu_json=$(amd-smi metric --mem-usage --json 2>/dev/null | tr -d '\n')"
+  elif command -v rocm-smi >/dev/null 2>&1; then
+    echo "gpu_tool=rocm-smi"; echo "gpu_json=$(rocm-smi --showmeminfo vram --json 2>/dev/null | tr -d '\n')"
+  else
+    echo "gpu_tool="; echo "gpu_json="
+  fi
+)
 me=$(readlink /proc/self/ns/net)
 runs=
 for f in $(cd /proc && grep -lsz '^ATOMDECK_RUN=' [0-9]*/environ); do
@@ -95,6 +102,7 @@ class NodeCheck:
     rdma: bool = False  # a KV transfer over RDMA runs on this node: /dev/infiniband must be there
     nofile: int = 0  # the open-files limit the engine needs (0: not checked here: a container checks its own)
     image_file: str = ""  # the image as a file on the node (pyxis, apptainer squashfs): it must be there
+    gpu_path: str = ""  # put first on PATH for amd-smi / rocm-smi (the simulator's shim/bin on simulated clusters)
 
 
 def node_addresses(result: dict[str, str]) -> list[tuple[str, str]]:
@@ -155,7 +163,8 @@ def checks_for(plan: Plan, processes: list[ProcessSpec]) -> list[NodeCheck]:
         image = image_of(plan) if runtime in ("pyxis", "apptainer") and plan.recipe.image else ""
         out.append(NodeCheck(node, ports, model_host_path(plan, node), runtime_check(processes, node),
                              node_addr=plan.node(node).addr or "", mooncake_dirs=dirs, rdma=rdma, nofile=nofile,
-                             image_file=image if image and is_file_image(image) else ""))
+                             image_file=image if image and is_file_image(image) else "",
+                             gpu_path=str(sim_shim_dir() / "bin") if plan.cluster.simulator.enabled else ""))
     return out
 
 
@@ -210,7 +219,7 @@ def runtime_check(processes: list[ProcessSpec], node: str) -> str:
 
 def command(check: NodeCheck, run_id: str = "") -> list[str]:
     return ["sh", "-c", SCRIPT, "atomdeck-preflight", " ".join(map(str, check.ports)), check.model_path,
-            check.runtime, " ".join(check.mooncake_dirs), run_id, check.image_file]
+            check.runtime, " ".join(check.mooncake_dirs), run_id, check.image_file, check.gpu_path]
 
 
 def parse(output: str) -> dict[str, str]:
@@ -252,14 +261,30 @@ def findings_from(check: NodeCheck, recipe_model: str) -> list[Finding]:
                            f"the worker's runtime cannot start on {n}: {rt[len('missing'):].strip() or 'not found'}",
                            "image / cluster", "install ATOM on the node or use the container image", n))
     out += image_findings(check)
-    gpu = r.get("gpu_json", "")
-    if gpu:
-        for card, pct in _vram_use(gpu):
-            if pct > VRAM_IDLE_PCT:
-                out.append(Finding("preflight-gpu", "error",
-                                   f"{card} on {n} already uses {pct:.0f}% VRAM (a leftover process?)",
-                                   "--nodes", f"free the GPU (VRAM <= {VRAM_IDLE_PCT}%) or pick another node", n))
+    out += gpu_findings(n, r.get("gpu_tool", ""), r.get("gpu_json", ""))
     return out
+
+
+def gpu_findings(node: str, tool: str, text: str) -> list[Finding]:
+    """Busy GPUs refuse the node: VRAM use above InferenceX's 10 %, read from amd-smi (rocm-smi as the fallback).
+    A node whose GPUs cannot be read is not refused for it (the tools may be missing on a login-less image)."""
+    try:
+        gpus = parse_amdsmi_metric(text) if tool == "amd-smi" else parse_rocmsmi(text) if text else []
+    except ValueError:
+        return []
+    busy = [g for g in gpus if g.busy]
+    if not busy:
+        return []
+    most = max(busy, key=lambda g: g.used_pct or 0)
+    which = f"GPU {', '.join(str(g.index) for g in busy)}; " if len(busy) < len(gpus) else ""
+    # (rocm-smi --showmemuse, an older pre-flight's reading, gives a percentage only: total 100)
+    held = f", {most.used_mb // 1024} GB" if most.used_mb is not None and most.total_mb not in (None, 100) else ""
+    return [Finding("preflight-gpu", "error",
+                    f"{len(busy)}/{len(gpus)} GPUs on {node} already hold VRAM ({which}up to "
+                    f"{most.used_pct or 0:.0f}%{held}, by {tool or 'rocm-smi'}): another job, or a leftover process",
+                    "--nodes",
+                    f"free the GPUs (VRAM <= {VRAM_IDLE_PCT}% each; `amd-smi process` names what holds them) "
+                    "or pick another node", node)]
 
 
 def image_findings(check: NodeCheck) -> list[Finding]:
@@ -296,24 +321,6 @@ def image_findings(check: NodeCheck) -> list[Finding]:
 def image_checks_for(plan: Plan, processes: list[ProcessSpec]) -> list[ImageCheck]:
     """What to check inside the image (image_check.py), with the open-files limit the engine needs."""
     return _image_checks_for(plan, processes, nofile_needed(plan))
-
-
-def _vram_use(text: str) -> list[tuple[str, float]]:
-    try:
-        data = json.loads(text)
-    except ValueError:
-        return []
-    out = []
-    for card, fields in (data or {}).items():
-        if not isinstance(fields, dict):
-            continue
-        for k, v in fields.items():
-            if "VRAM" in k and "%" in k:
-                try:
-                    out.append((card, float(v)))
-                except (TypeError, ValueError):
-                    pass
-    return out
 
 
 def ip_findings(checks: list[NodeCheck], spec: NodeIp) -> tuple[dict[str, str], list[Finding]]:

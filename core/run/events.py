@@ -12,6 +12,8 @@ from collections import deque
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from .gpustate import NodeGpuState
+
 if TYPE_CHECKING:
     from ..design.commands import ProcessSpec
     from ..design.plan import Plan
@@ -37,7 +39,7 @@ class Event:
 
     kind: str  # proc.started | proc.stage | proc.health | proc.exit | proc.line | proc.supervisor | cell | pair |
     # proc.parked | check | run | teardown | conn | note | metrics | storage | action | proc.reset | proc.removed |
-    # proc.added
+    # proc.added | gpus
     name: str = ""  # the subject: a process, "node:port", "prefill-0>decode-0", a check, a node
     value: str = ""  # the new stage/state/result
     detail: str = ""  # human words: why, the log line, the error
@@ -213,6 +215,7 @@ class RunState:
     # where atomdeck or a process cannot write ("run directory", "NODE:PATH" of a log) -> why, since when, the fix
     storage: dict[str, str] = field(default_factory=dict)
     actions: dict[str, ActionState] = field(default_factory=dict)  # action id -> its story (issue 38)
+    gpus: dict[str, NodeGpuState] = field(default_factory=dict)  # node -> its GPUs' latest reading (gpustate.py)
 
     def apply(self, e: Event) -> bool:
         """Fold one event in. Returns True when the visible state changed."""
@@ -285,6 +288,14 @@ class RunState:
         """Latest metrics of one endpoint (values and derived rates); not persisted."""
         self.metrics[e.name] = dict(e.data)
         return True
+
+    def _on_gpus(self, e: Event) -> bool:
+        """A node's GPUs (value: the tool, detail: why they could not be read); not persisted."""
+        new = NodeGpuState.from_event(e.name, e.value, e.detail, e.data, e.t)
+        old = self.gpus.get(e.name)
+        self.gpus[e.name] = new
+        return old is None or (old.tool, old.error, old.gpus, old.foreign, old.holders) != \
+            (new.tool, new.error, new.gpus, new.foreign, new.holders)
 
     def _on_proc_error(self, e: Event) -> bool:
         p = self.procs.get(e.name)

@@ -56,7 +56,7 @@ def make_launcher(cluster: Cluster, run_id: str, run_dir: str, meta: dict | None
 
 class Run:
     """One deployment, live or reattached. It HAS its watchers (run/watchers/: logs, barrier, pairs,
-    router, nodes, timeouts, binding, health, metrics), each a small object that reports by events."""
+    router, nodes, timeouts, binding, health, metrics, gpus), each a small object that reports by events."""
 
     def __init__(self, rd: RunDir, recipe: Recipe, cluster: Cluster, plan: Plan, processes: list[ProcessSpec],
                  launcher: Launcher, state: RunState):

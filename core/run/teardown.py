@@ -7,7 +7,7 @@ import asyncio
 import builtins
 import time
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..launch.base import ProcHandle, StopReport
 from ..remote.probes import tcp_probe
@@ -32,6 +32,7 @@ class Run(Protocol):
     handles: dict[str, ProcHandle]
     processes: dict[str, ProcessSpec]
     stopping: bool
+    watchers: Any  # (its GPU watcher reads the GPUs before and after the release)
 
     def emit(self, e: Event) -> None: ...
 
@@ -46,17 +47,19 @@ class TeardownReport:
     processes: list[StopReport] = field(default_factory=list)
     open_ports: list[str] = field(default_factory=list)
     released: list[str] = field(default_factory=list)
+    gpus: str = ""  # "VRAM back to baseline on every GPU (...)", or what still holds memory (watchers/gpus.py)
 
     def lines(self) -> list[str]:
         out = [f"{r.node:16} {r.name:12} {'gone' if r.ok else 'STILL RUNNING'}: {r.detail}" for r in self.processes]
         out += [f"released: {x}" for x in self.released]
         out += [f"port still open: {p}" for p in self.open_ports]
+        out += [self.gpus] if self.gpus else []
         out.append("verified clean: every process gone, every port closed" if self.clean else "NOT clean")
         return out
 
     def to_json(self) -> dict:
         return {"clean": self.clean, "processes": [asdict(r) for r in self.processes], "open_ports": self.open_ports,
-                "released": self.released}
+                "released": self.released, "gpus": self.gpus}
 
 
 
@@ -93,13 +96,19 @@ async def teardown_run(self: Run, grace: float) -> TeardownReport:
                     self.emit(Event("teardown", "containers", "removed" if done else "left", line))
                     if not done:
                         problems.append(line)
+            before = await self.watchers.gpus.check_released()  # while the allocation still reaches the nodes
             try:
                 released = await self.launcher.release(list(self.plan.selection.all()))
             except Exception as e:
                 released = []
                 problems.append(f"the allocation was not released: {e}")
                 self.emit(Event("teardown", "allocation", "left", problems[-1]))
-            return await _verify_stopped(self, reports, released, "; ".join(problems))
+            gpus_ok, gpus_line = await self.watchers.gpus.after_release(before)
+            if not gpus_ok:
+                problems.append(gpus_line)
+            report = await _verify_stopped(self, reports, released, "; ".join(problems))
+            report.gpus = gpus_line
+            return report
         except BaseException:  # interrupted or failed half-way: never leave the run "stopping"
             self._set_status("dirty", "teardown interrupted; run `atomdeck down` again")
             raise

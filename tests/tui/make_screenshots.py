@@ -179,11 +179,43 @@ def _teardown(finished: bool) -> Step:
                     if c.owner == name:
                         run.emit(Event("cell", key, "refused", t=t + 0.2))
         if finished:
+            gpus = f"VRAM back to baseline on every GPU ({8 * len(run.plan.nodes)} GPUs on {len(run.plan.nodes)} nodes)"
+            run.emit(Event("teardown", "gpus", "baseline", gpus, t=t + 0.3))
             run.emit(Event("run", value="stopped", detail="verified clean", t=t + 0.3))
-            live.report = TeardownReport(True, [StopReport(n, run.handles[n].node, True, "SIGTERM") for n in names])
+            live.report = TeardownReport(True, [StopReport(n, run.handles[n].node, True, "SIGTERM") for n in names],
+                                         gpus=gpus)
             live.teardown_running = False
         app.push_screen(TeardownScreen(live))
     return _run("serving", then)
+
+
+def _gpus(orphan: bool = False, then: Step | None = None) -> Step:
+    """The run's GPU readings (as core/run/watchers/gpus.py reports them): each worker's 8 GPUs hold 0.85 of
+    288 GiB; with `orphan`, the decode has died and its GPUs stay held by the pin's orphans (#1511)."""
+    async def step(pilot) -> None:
+        from atomdeck.core.run.events import Event
+        from atomdeck.core.run.gpustate import expected_gpus
+
+        run = pilot.app.live.run
+        owners = expected_gpus(run.plan)
+        t = CLOCK.timestamp()
+        for node in run.plan.nodes:
+            mine = {k: v for k, (n, v) in owners.items() if n == node.name}
+            held = {i for v in mine.values() for i in v}
+            gpus = [[i, 282 + 250675 if i in held else 282, 294912, 37.0 if i in held else 0.0,
+                     624.0 if i in held else 180.0, 52.0 if i in held else 38.0] for i in range(8)]
+            dead = orphan and any(k.startswith("decode") for k in mine)
+            foreign = sorted(held) if dead else []
+            holders = [[i, 48120 + i, f"ATOM::TP{i}", 250675] for i in foreign]
+            if dead:
+                for name in mine:
+                    run.emit(Event("proc.exit", name, "failed", "killed by SIGKILL", {"code": -9}, t=t))
+            run.emit(Event("gpus", node.name, "amd-smi", "", {"gpus": gpus, "foreign": foreign, "holders": holders,
+                                                            "owners": mine}, t=t))
+        await pilot.pause()
+        if then is not None:
+            await then(pilot)
+    return step
 
 
 async def _runs(pilot) -> None:
@@ -321,6 +353,11 @@ SHOTS: dict[str, tuple[dict, tuple[int, int], Step]] = {
     "37-snapshot-hung-rank": ({}, BIG, _snapshot(False)),
     "38-snapshot-compared-stacks": ({}, BIG, _snapshot(True, "enter")),
     "39-snapshot-compared-100x30": ({}, SMALL, _snapshot(True)),
+    "40-run-gpus": ({}, BIG, _run("serving", _gpus())),
+    "41-run-gpus-100x30": ({}, SMALL, _run("serving", _gpus())),
+    "42-nodes-gpus-orphan": ({}, BIG, _run("serving", _gpus(orphan=True, then=_keys("1")))),
+    "43-nodes-gpus-orphan-100x30": ({}, SMALL, _run("serving", _gpus(orphan=True, then=_keys("1")))),
+    "44-run-gpus-orphan-100x30": ({}, SMALL, _run("serving", _gpus(orphan=True))),
 }
 
 

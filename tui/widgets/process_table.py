@@ -1,4 +1,5 @@
-"""Every process of the run: role, node, stage, time in that stage, alive or how it ended.
+"""Every process of the run: role, node, stage, time in that stage, alive or how it ended, its GPUs (count, VRAM
+used, GFX activity, from the run's GPU readings).
 
 Rows are keyed by process name and updated in place (the cursor and scroll stay put while the run
 changes under them). Enter on a row opens that process's log (the run screen handles it).
@@ -10,13 +11,14 @@ from rich.style import Style
 from rich.text import Text
 
 from ...core.run.events import ROUTER_STAGES, TERMINAL, WORKER_STAGES, ProcState, RunState
+from ...core.run.gpustate import gpus_cell, proc_gpus
 from ..formatting import ago, words
 from .vtable import VirtualTable
 
 BOLD = Style(bold=True)
 NO_STYLE = Style()
 COLUMNS = [("name", "PROCESS"), ("role", "ROLE"), ("node", "NODE"), ("stage", "STAGE"), ("bar", "PROGRESS"),
-           ("since", "IN STAGE"), ("alive", "ALIVE / EXIT"), ("pid", "PID")]
+           ("since", "IN STAGE"), ("alive", "ALIVE / EXIT"), ("pid", "PID"), ("gpus", "GPUS VRAM UTIL")]
 SINCE = 5  # the time-in-stage cell's column
 
 
@@ -88,8 +90,9 @@ class ProcessTable(VirtualTable):
         styles = tuple(color(name) for name in ("error", "ok", "warning", p.role))
         since = ago(now - p.since) if p.since else ""
         stages = tuple(p.stages) if p.stage in TERMINAL else ()
+        gpus = gpus_cell(proc_gpus(state.gpus, p.node, p.name)) if state.gpus else ""
         key = (p.role, p.node, p.stage, p.up_stage, stages, p.alive, p.exit_code, p.exit_detail,
-               state.teardown.get(p.name), pid, styles, p.action, p.restarts, p.removed)
+               state.teardown.get(p.name), pid, styles, p.action, p.restarts, p.removed, gpus)
         hit = self._rows.get(p.name)
         if hit is not None and hit[0] == key:
             if hit[1][SINCE].plain == since:
@@ -97,7 +100,7 @@ class ProcessTable(VirtualTable):
             cells = list(hit[1])
             cells[SINCE] = _since(since)
         else:
-            cells = self._cells(p, state, now, pid, styles)
+            cells = self._cells(p, state, now, pid, styles) + [Text(gpus, justify="right")]
         self._rows[p.name] = (key, cells)
         return cells
 

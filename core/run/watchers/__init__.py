@@ -9,6 +9,7 @@
 - binding: ready-but-not-bound ports, with what the process really listens on
 - health: health after the start (unresponsive endpoints), with recovery
 - metrics: live metrics per endpoint and stalls
+- gpus: each node's GPUs (VRAM, activity, power, temperature), GPUs held by no process of the run
 
 `Watchers.watch` runs them all until a condition holds; `Watchers.refresh` is one bounded pass (for
 `atomdeck status`).
@@ -27,6 +28,7 @@ from ..events import HEALTH_STAGES, LIVE, Event, RunState
 from .actions import ActionWatcher
 from .base import RunHost, cancel_all, keep_going
 from .binding import BindWatcher
+from .gpus import GpuWatcher
 from .health import ServingHealth
 from .logs import LogWatcher
 from .metrics import MetricsWatcher
@@ -70,6 +72,7 @@ class Watchers:
         self.metrics = MetricsWatcher(run, self)
         self.actions = ActionWatcher(run, self)
         self.policy = RestartPolicyWatcher(run, self)
+        self.gpus = GpuWatcher(run, self)
         self.tasks: list[asyncio.Task] = []  # the watch's tasks (a worker added while watching gets its own)
         self.followed: set[str] = set()  # the processes the watch follows
         self.passed: dict[str, float] = {}  # refresh(): when each part of the pass was done (`atomdeck status`)
@@ -131,7 +134,8 @@ class Watchers:
                   asyncio.create_task(keep("health checks", self.health.watch), name="health"),
                   asyncio.create_task(keep("metrics", self.metrics.watch), name="metrics"),
                   asyncio.create_task(keep("actions", self.actions.watch), name="actions"),
-                  asyncio.create_task(keep("restart policy", self.policy.watch), name="policy")]
+                  asyncio.create_task(keep("restart policy", self.policy.watch), name="policy"),
+                  asyncio.create_task(keep("GPU telemetry", self.gpus.poll), name="gpus")]
         conn_hook = getattr(run.launcher, "on_connection_state", None)
         if conn_hook is not None:
             conn_hook(lambda node, state, reason: run.emit(Event("conn", node, "ok" if state == "up" else state,
@@ -230,7 +234,11 @@ class Watchers:
             await self.health.check_once()
             self.passed["health"] = time.time()
 
-        await asyncio.gather(ports(), smoke(), scrape(), health())
+        async def gpus() -> None:
+            await self.gpus.poll_once()
+            self.passed["gpus"] = time.time()
+
+        await asyncio.gather(ports(), smoke(), scrape(), health(), gpus())
         parked = any(m.get("parked") for m in run.state.metrics.values())
         wait = max(1.0, PARKED_S + 0.2 if parked else 0.0) - (time.monotonic() - t0)
         if wait > 0:
