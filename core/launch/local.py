@@ -204,7 +204,7 @@ class LocalLauncher(LauncherBase):
         self.tick: Callable[[], Awaitable[object]] | None = None  # stop_groups' pause between reads
         self._orphans_told: set[str] = set()  # processes whose wait() said their engine outlived its supervisor
 
-    async def start(self, spec: ProcessSpec) -> ProcHandle:
+    async def start(self, spec: ProcessSpec, attempt: str = "") -> ProcHandle:
         (h,) = await self.start_many([spec])
         if isinstance(h, BaseException):
             raise h

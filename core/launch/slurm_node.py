@@ -74,7 +74,7 @@ class NodeSteps:
         async def _stop_one(self, h: ProcHandle, grace: float) -> StopReport: ...
         async def node_run(self, node: str, argv: list[str], timeout: float = 60) -> Any: ...
 
-    async def start(self, spec: ProcessSpec) -> ProcHandle:
+    async def start(self, spec: ProcessSpec, attempt: str = "") -> ProcHandle:
         (h,) = await self.start_many([spec])
         if isinstance(h, BaseException):
             raise h

@@ -49,7 +49,7 @@ ALREADY_SCRIPT = script("already")  # a start run twice reports the first one's 
 
 
 def detached_command(run_id: str, name: str, remote_dir: str, log: str, exit_path: str, pid_path: str,
-                     inner: list[str]) -> str:
+                     inner: list[str], attempt: str = "") -> str:
     """The shell line that starts a process detached on a node (own session, log, pidfile) and prints its
     PID. Every piece of the command is quoted with shlex: no value can change what runs.
 
@@ -59,7 +59,7 @@ def detached_command(run_id: str, name: str, remote_dir: str, log: str, exit_pat
     q = shlex.quote
     detached = shlex.join(["env", f"ATOMDECK_RUN={run_id}:{name}", "setsid", "/bin/sh", "-c", SUPERVISOR,
                            marker(run_id, name), exit_path, *inner])
-    token = f"{pid_path}.started"
+    token = f"{pid_path}.started" + (f".{attempt}" if attempt else "")  # a restart's start is a start of its own
     already = shlex.join(["sh", "-c", ALREADY_SCRIPT, "already", f"{run_id}:{name}", pid_path])
     return (f"umask 077; if mkdir {q(token)} 2>/dev/null; then rm -f {q(exit_path)} {q(child_path(exit_path))}; "
             f"cd {q(remote_dir)} && {{ {detached} >>{q(log)} 2>&1 </dev/null & }} && "
@@ -140,10 +140,11 @@ class SshLauncher(LauncherBase):
         return {"remote_dir": self.remote_dir, **facts}
 
     # ---------------------------------------------------------------------------------------- processes
-    async def start(self, spec: ProcessSpec) -> ProcHandle:
+    async def start(self, spec: ProcessSpec, attempt: str = "") -> ProcHandle:
         logs = f"{self.remote_dir}/logs"
         log, exit_path, pid_path = f"{logs}/{spec.name}.log", f"{logs}/{spec.name}.exit", f"{logs}/{spec.name}.pid"
-        line = detached_command(self.run_id, spec.name, self.remote_dir, log, exit_path, pid_path, spec.inner)
+        line = detached_command(self.run_id, spec.name, self.remote_dir, log, exit_path, pid_path, spec.inner,
+                                attempt)
         res = await self.shell(spec.node).run(["sh", "-c", line], timeout=30, check=True)
         pid = int(res.stdout.strip().split()[-1])
         return ProcHandle(spec.name, spec.node, spec.host, self.kind, pid=pid, log_path=log, exit_path=exit_path,
@@ -228,11 +229,13 @@ class SshLauncher(LauncherBase):
             restart = self._restart[node] = asyncio.Event()
             job = asyncio.ensure_future(self._stream_node(node, args, pending))
             stop = asyncio.ensure_future(restart.wait())
-            done, _ = await asyncio.wait({job, stop}, return_when=asyncio.FIRST_COMPLETED)
-            for t in (job, stop):
-                if not t.done():
-                    t.cancel()
-            await asyncio.gather(job, stop, return_exceptions=True)
+            try:
+                done, _ = await asyncio.wait({job, stop}, return_when=asyncio.FIRST_COMPLETED)
+            finally:  # (cancelled with the launcher's close: the stream ends here too, its error retrieved)
+                for t in (job, stop):
+                    if not t.done():
+                        t.cancel()
+                await asyncio.gather(job, stop, return_exceptions=True)
             if job in done and job.exception() is not None:
                 await asyncio.sleep(next(delays))
             else:
@@ -365,13 +368,13 @@ class SshLauncher(LauncherBase):
         return out
 
     async def close(self) -> None:
-        for sh in self._shells.values():
-            await sh.close()
-        self._shells.clear()
-        for t in self._watchers.values():
+        for t in self._watchers.values():  # (first: their streams run over the connections closed below)
             t.cancel()
         await asyncio.gather(*self._watchers.values(), return_exceptions=True)
         self._watchers.clear()
+        for sh in self._shells.values():
+            await sh.close()
+        self._shells.clear()
         for u in self._unsub:
             try:
                 u()

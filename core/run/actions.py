@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from typing import TYPE_CHECKING
 
 from ..config.errors import AtomdeckError
@@ -153,6 +154,9 @@ async def stop_one(run: Run, name: str) -> None:
     if h is None or not h.pid:
         return
     (report,) = await run.launcher.stop([h], STOP_GRACE_S)
+    p = run.state.procs.get(name)
+    if report.ok and p is not None and p.alive is not False and p.pid in (None, h.pid):
+        run.emit(Event("proc.exit", name, "stopped", report.detail))  # (as a teardown says it: verified gone)
     if not report.ok:
         raise ActionFailed(f"{name} could not be stopped ({report.detail}); it was not started again: look at it "
                            f"with `atomdeck status {run.id}`")
@@ -196,7 +200,7 @@ async def start_one(run: Run, act: Actor, name: str, spec: ProcessSpec | None) -
     want = unmasked(spec or recorded_spec(run.rd, name) or run.processes[name])
     act.step("starting", f"on {want.node}" + (" (edited)" if spec is not None else ""))
     try:
-        h = await run.launcher.start(want)
+        h = await run.launcher.start(want, attempt=uuid.uuid4().hex[:8])
     except (OSError, AtomdeckError) as e:
         raise ActionFailed(f"{name} could not be started on {want.node}: {e}; retry with `atomdeck restart "
                            f"{run.id} {name} --resume`") from None
@@ -281,6 +285,9 @@ async def wait_router_serving(run: Run, act: Actor, router: RouterSide) -> None:
         raise ActionFailed(f"the router is up but a completion through it failed: HTTP {res.status or res.error}: "
                            f"{res.text(200)}")
     run.emit_stage("router", "serving", "answered a completion")
+    for name, p in run.state.procs.items():  # it registered every worker again as it started: they serve
+        if name != "router" and not p.removed and p.stage in ("http_up", "registered"):
+            run.emit_stage(name, "serving", "registered again by the restarted router")
 
 
 def router_spec(run: Run) -> ProcessSpec:

@@ -46,7 +46,11 @@ def grow(run: Run, role: str, node: str | None, inventory: list[Node]) -> tuple[
     spec = next((sp for r, sp in plan.recipe.roles() if r == role), None)
     if spec is None:
         raise AtomdeckError(f"the recipe of run {run.id} has no {role} role")
-    index = len(plan.role_endpoints(role))  # names are never reused: a removed worker keeps its own
+    removed = [e for e in plan.role_endpoints(role) if (p := run.state.procs.get(e.name)) is not None and p.removed
+               and (node is None or e.node == node)]
+    if removed:  # a slot a removed worker left: the worker comes back there, under its name, as designed
+        return plan, removed[0].name, removed[0].node, False
+    index = len(plan.role_endpoints(role))
     nodes = list({"prefill": plan.selection.prefill, "decode": plan.selection.decode}[role])
     slot_free = index % spec.per_node != 0
     if slot_free:
@@ -103,6 +107,7 @@ async def add(run: Run, role: str, node: str | None = None, *, restart_router: b
     if inventory is None:
         inventory, _ = await fetch_inventory(run.cluster)
     plan, name, target, fresh = grow(run, role, node, inventory)
+    again = name in run.state.procs and run.state.procs[name].removed
     meta = run.rd.meta()
     processes = render_for_run(plan, _catalog(), run.id, meta.get("job_id"), str(run.rd.path / "logs"))
     spec = next(p for p in processes if p.name == name)
@@ -127,7 +132,10 @@ async def add(run: Run, role: str, node: str | None = None, *, restart_router: b
                 await check_ports_free(plan, [spec], _probe_launcher(run))
             except AtomdeckError as e:
                 raise ActionFailed(str(e)) from None
-            _record(run, plan, processes, name)
+            if again:  # its slot in the design is still there: only the state takes it back
+                run.emit(added_event(plan, name))
+            else:
+                _record(run, plan, processes, name)
             h = await start_one(run, act, name, None)
             run.emit(Event("proc.started", name, "", f"pid {h.pid} on {h.node}", {"pid": h.pid}))
             run.watchers.adopt([name])

@@ -431,7 +431,7 @@ class RunState:
         p = self.procs.get(e.name)
         if p is None or p.removed:
             return False
-        p.removed, p.action = True, ""
+        p.removed, p.action, p.alive = True, "", False
         p.advance("stopped", e.t)
         for key in [k for k, c in self.cells.items() if c.owner == e.name]:
             del self.cells[key]

@@ -229,7 +229,7 @@ def test_the_script_reads_the_simulated_amd_smi_and_a_held_gpu_refuses_the_node(
            "PYTHONPATH": str(shim)}
 
     def findings():
-        out = subprocess.run(["sh", "-c", SCRIPT, "pf", "", "", "", "", "run", str(shim / "bin")], env=env,
+        out = subprocess.run(["sh", "-c", SCRIPT, "pf", "", "", "", "", "run", "", str(shim / "bin")], env=env,
                              capture_output=True, text=True, timeout=30).stdout
         ch = NodeCheck("n1", [], "", "")
         ch.result = parse(out)

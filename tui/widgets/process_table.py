@@ -18,7 +18,7 @@ from .vtable import VirtualTable
 BOLD = Style(bold=True)
 NO_STYLE = Style()
 COLUMNS = [("name", "PROCESS"), ("role", "ROLE"), ("node", "NODE"), ("stage", "STAGE"), ("bar", "PROGRESS"),
-           ("since", "IN STAGE"), ("alive", "ALIVE / EXIT"), ("pid", "PID"), ("gpus", "GPUS VRAM UTIL")]
+           ("since", "IN STAGE"), ("alive", "ALIVE / EXIT"), ("pid", "PID"), ("gpus", "GPUS")]
 SINCE = 5  # the time-in-stage cell's column
 
 

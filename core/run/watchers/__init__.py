@@ -74,14 +74,14 @@ class Watchers:
         self.policy = RestartPolicyWatcher(run, self)
         self.gpus = GpuWatcher(run, self)
         self.tasks: list[asyncio.Task] = []  # the watch's tasks (a worker added while watching gets its own)
-        self.followed: set[str] = set()  # the processes the watch follows
+        self.followed: dict[str, asyncio.Task] = {}  # the processes the watch follows, and the task that does
         self.passed: dict[str, float] = {}  # refresh(): when each part of the pass was done (`atomdeck status`)
 
     def adopt(self, names: list[str]) -> None:
         """While watching: follow processes that joined the run after the watch began (a worker an action added):
         their log and liveness, and their barrier cells."""
         run = self.run
-        names = [n for n in names if n in run.handles and n not in self.followed]
+        names = [n for n in names if n in run.handles and (n not in self.followed or self.followed[n].done())]
         if not names or not self.barrier.watching or self.barrier.prober is None:
             return
         prober = self.barrier.prober
@@ -92,8 +92,9 @@ class Watchers:
             return lambda: prober.run_node(node)
 
         for n in names:
-            self.followed.add(n)
-            self.tasks.append(asyncio.create_task(keep_going(run.emit, f"watching {n}", follow(n)), name=f"proc:{n}"))
+            self.followed[n] = task = asyncio.create_task(keep_going(run.emit, f"watching {n}", follow(n)),
+                                                          name=f"proc:{n}")
+            self.tasks.append(task)
         cells = [c for c in run.state.cells.values() if c.owner in names]
         for node in prober.add_cells(cells):
             self.tasks.append(asyncio.create_task(keep_going(run.emit, f"probing {node}", probe(node)),
@@ -121,9 +122,9 @@ class Watchers:
         def keep(what, factory):
             return keep_going(run.emit, what, factory)
 
-        self.tasks = tasks = [asyncio.create_task(keep(f"watching {name}", lambda n=name: self.logs.watch_proc(n)),
-                                                  name=f"proc:{name}") for name in run.handles]
-        self.followed = set(run.handles)
+        self.followed = {name: asyncio.create_task(keep(f"watching {name}", lambda n=name: self.logs.watch_proc(n)),
+                                                   name=f"proc:{name}") for name in run.handles}
+        self.tasks = tasks = list(self.followed.values())
         prober = self.barrier.make_prober()
         tasks += [asyncio.create_task(keep(f"probing {n}", lambda n=n: prober.run_node(n)), name=f"probe:{n}")
                   for n in prober.by_node]
@@ -158,7 +159,7 @@ class Watchers:
         finally:
             self.barrier.watching = False
             await cancel_all(tasks + list(self.barrier.background) + list(self.binding.tasks) + list(self.policy.tasks))
-            self.tasks, self.followed = [], set()
+            self.tasks, self.followed = [], {}
             run.save_offsets()
         return run.state
 

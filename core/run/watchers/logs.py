@@ -42,6 +42,8 @@ class LogWatcher:
                 run.emit(Event("proc.started", name, "", f"pid {h.pid} on {h.node}", {"pid": h.pid}))
             new = await self._follow(name, h)
             if new is None:
+                if run.handles[name].pid != h.pid:
+                    continue  # this session's action started it again (an added worker back in its slot)
                 return
             run.handles[name] = new
             run.emit(Event("proc.reset", name, "", f"started again (pid {new.pid})", {"pid": new.pid}))
@@ -69,6 +71,8 @@ class LogWatcher:
             last = list(run.state.procs[name].last_lines)[-10:]
             if not run.stopping and run.torn_down_elsewhere():
                 run.stopping = True
+            if run.state.procs[name].pid not in (None, h.pid):
+                return None  # another process is this name's now (an action started it): this one's end is old news
             intent = None if run.stopping else run.expected_exit(name)
             value = "stopped" if run.stopping or intent is not None else "failed"
             detail = status.detail if status.exit_code != 0 or value == "stopped" else "exited 0 unexpectedly"
