@@ -307,6 +307,84 @@ def _keys(*keys: str) -> Step:
     return step
 
 
+# A restart of prefill-1 of a serving 2P1D as core's events tell it (issue 38): the steps up to `until`.
+ACTION_STEPS = [("requested", "by console on ops-1 (pid 4242)"), ("draining", "removing it from the router"),
+                ("draining", "3 in flight"), ("drained", "nothing in flight"),
+                ("stopping", "the same verified stop as a teardown, for this process's whole tree"),
+                ("stopped", ""), ("starting", "on demo-n02"), ("loading", "pid 51207 on demo-n02"),
+                ("loading", "kv registered (pid 51207)"), ("ready", "port open, /health 200 (pid 51207)"),
+                ("handshake", "1 KV pair(s) checked again from the consumers' nodes"),
+                ("registering", "POST /workers http://127.0.0.12:8010 (prefill)"),
+                ("registered", "router id 6230557b-6472-4e08-82b2-fca006f94fc6"),
+                ("smoke", "completions through the router until this worker served one"),
+                ("done", "serving again after 6.3s")]
+
+
+def _acting(until: str, kind: str = "restart", target: str = "prefill-1") -> Step:
+    async def then(pilot) -> None:
+        from atomdeck.core.run.diagnose import diagnose
+        from atomdeck.core.run.events import Event
+
+        run = pilot.app.live.run
+        t = CLOCK.timestamp() - 8
+        data = {"id": "a1b2c3d4e5f6", "kind": kind, "source": "console on ops-1 (pid 4242)"}
+        steps = ACTION_STEPS if kind == "restart" else ACTION_STEPS[:6] + [("done", "removed after 1.2s; 1 "
+                                                                                   "prefill(s) serve")]
+        for i, (step, detail) in enumerate(steps):
+            run.emit(Event("action", target, step, detail, data, t=t + i * 0.4))
+            if step == "stopped":
+                run.emit(Event("proc.exit", target, "stopped", "SIGTERM, gone in 0.1s: stopped for the restart",
+                               t=t + i * 0.4))
+                for key, c in run.state.cells.items():
+                    if c.owner == target:
+                        run.emit(Event("cell", key, "refused", t=t + i * 0.4))
+                if kind == "remove":
+                    run.emit(Event("proc.removed", target, "", "removed by console on ops-1", t=t + i * 0.4))
+            if step == "loading" and detail.startswith("pid"):
+                run.emit(Event("proc.reset", target, "", "started again (pid 51207)", {"pid": 51207}, t=t + i * 0.4))
+                run.emit(Event("proc.started", target, "", "pid 51207 on demo-n02", {"pid": 51207}, t=t + i * 0.4))
+                run.emit(Event("proc.stage", target, "loading", t=t + i * 0.4 + 0.1))
+            if step == "loading" and detail.startswith("kv"):
+                run.emit(Event("proc.stage", target, "kv_registered", t=t + i * 0.4))
+            if step == "ready":
+                for key, c in run.state.cells.items():
+                    if c.owner == target:
+                        run.emit(Event("cell", key, "open", t=t + i * 0.4))
+                run.emit(Event("proc.stage", target, "http_up", t=t + i * 0.4))
+            if step == "handshake":  # the pair watcher sees both sides again, the action waits for it
+                for key, pr in run.state.pairs.items():
+                    if target in (pr.prefill, pr.decode):
+                        run.emit(Event("pair", key, "both_registered", t=t + i * 0.4))
+                        run.emit(Event("pair", key, "ports_reachable", t=t + i * 0.4 + 0.1))
+            if step == "registered":
+                run.emit(Event("proc.stage", target, "registered", t=t + i * 0.4))
+            if step == "done" and kind == "restart":
+                for key, pr in run.state.pairs.items():
+                    if target in (pr.prefill, pr.decode):
+                        run.emit(Event("pair", key, "transferred", t=t + i * 0.4))
+            if step == "smoke":
+                run.emit(Event("proc.stage", target, "serving", t=t + i * 0.4))
+            if step == until:
+                break
+        st = run.state
+        running = any(a.running for a in st.actions.values())
+        run.emit(Event("run", value="degraded" if running else "serving",
+                       detail=diagnose(st).headline if running else f"serving again: {st.readiness()}",
+                       t=t + 7))
+        await pilot.pause()
+    return _run("serving", then, recipe="demo-2p1d")
+
+
+def _ask(key: str, row: int = 1) -> Step:
+    """On the served 2P1D: the cursor on the `row`-th process, then the action's key: the confirmation."""
+    async def then(pilot) -> None:
+        for _ in range(row):
+            await pilot.press("down")
+        await pilot.press(key)
+        await pilot.pause(0.5)
+    return _run("serving", then, recipe="demo-2p1d")
+
+
 SHOTS: dict[str, tuple[dict, tuple[int, int], Step]] = {
     "01-nodes": ({}, BIG, _keys()),
     "02-nodes-refused": ({}, BIG, _nodes_refusal),
@@ -358,6 +436,13 @@ SHOTS: dict[str, tuple[dict, tuple[int, int], Step]] = {
     "42-nodes-gpus-orphan": ({}, BIG, _run("serving", _gpus(orphan=True, then=_keys("1")))),
     "43-nodes-gpus-orphan-100x30": ({}, SMALL, _run("serving", _gpus(orphan=True, then=_keys("1")))),
     "44-run-gpus-orphan-100x30": ({}, SMALL, _run("serving", _gpus(orphan=True))),
+    "45-action-restart-confirm": ({}, BIG, _ask("R")),
+    "46-action-restart-draining": ({}, BIG, _acting("draining")),
+    "47-action-restart-loading": ({}, BIG, _acting("loading")),
+    "48-action-restart-registered-100x30": ({}, SMALL, _acting("registered")),
+    "49-action-restart-done": ({}, BIG, _acting("done")),
+    "50-action-removed-100x30": ({}, SMALL, _acting("done", kind="remove")),
+    "51-action-add-confirm-100x30": ({}, SMALL, _ask("A", 0)),
 }
 
 

@@ -113,6 +113,8 @@ class ProcessTable(VirtualTable):
         if p.alive is False:
             code = p.exit_code
             end = f"exit {code}" if code is not None else (p.exit_detail or "gone")
+            if p.removed:  # the stage says removed; how it was stopped is in its log and the actions
+                end = "stopped"
             alive = Text(f"× {end}" if p.stage == "failed" else f"■ {end}",
                          style=BOLD + err if p.stage == "failed" else "dim")
         elif p.alive:
@@ -131,7 +133,7 @@ class ProcessTable(VirtualTable):
             stage = Text("removed", style="dim")
         name = Text(p.name, style=BOLD + color)
         if p.restarts:
-            name.append(f" ↻{p.restarts}", style="dim")
+            name.append(f" ⟳{p.restarts}", style="dim")
         return [name, Text(p.role, style=color), Text(p.node), stage, _bar(p), _since(since), alive,
                 Text(str(pid) if pid else "", style="dim", justify="right")]
 
