@@ -130,7 +130,13 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     as_json = "--json" in argv
     try:
-        args = build_parser().parse_args(argv)
+        ap = build_parser()
+        args, extra = ap.parse_known_args(argv)
+        if extra:  # `snapshot RUN --json decode-0`: a verb's trailing list may follow its options, as an operator types
+            if isinstance(getattr(args, "process", None), list) and not any(x.startswith("-") for x in extra):
+                args.process += extra
+            else:
+                ap.error(f"unrecognized arguments: {' '.join(extra)}")
     except UsageError as e:
         if not as_json:
             e.parser.print_usage(sys.stderr)

@@ -28,7 +28,7 @@ HANG = {"ATOMSIM_HANG_AFTER": "4", "ATOMSIM_HANG_RANK": "TP7"}  # (after the lau
 
 def snapshot(run_id: str, *args: str) -> dict:
     res = cli("snapshot", run_id, "--json", *args)
-    assert res.returncode in (0, 1), res.stdout + res.stderr
+    assert res.returncode in (0, 1) and res.stdout.strip(), (res.returncode, res.stdout, res.stderr[-3000:])
     return json.loads(res.stdout)
 
 
