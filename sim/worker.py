@@ -216,8 +216,9 @@ class Worker:
         try:
             await self.http.start(host, port)
         except OSError as e:
-            atomlog.uvicorn(f"[Errno {e.errno}] error while attempting to bind on address "
-                            f"('{host}', {port}): {(e.strerror or str(e)).lower()}", "ERROR")
+            # uvicorn server.py startup: `logger.error(exc)`; asyncio's create_server words the OSError itself
+            # ("[Errno 98] error while attempting to bind on address ('0.0.0.0', 8010): address already in use")
+            atomlog.uvicorn(str(e), "ERROR")
             atomlog.uvicorn("Application shutdown complete.")
             atomlog.hard_exit(1)
         stamp = os.environ.get("ATOMSIM_BIND_STAMP")
@@ -248,6 +249,9 @@ class Worker:
         if not self.first_request_seen:
             self.first_request_seen = True
             self.maybe_crash("serving")
+            if self.faults.crash_after_served is not None:  # the kill measured from the first request, not the start
+                self._tasks.append(asyncio.get_running_loop().create_task(
+                    self.crash_later(self.faults.crash_after_served)))
 
     async def crash_later(self, seconds: float) -> None:
         """``ATOMSIM_CRASH_AFTER``: one rank process is SIGKILLed (an OOM kill, a GPU fault); its EngineCore's
