@@ -348,6 +348,18 @@ class SlurmLauncher(PyxisSteps, NodeSteps, LauncherBase):
         if not res.ok:
             raise AtomdeckError(f"sbcast of {src} to {dest} on the nodes of job {self.job_id} failed: {res.explain()}")
 
+    async def sweep_leftovers(self, nodes: list[str]) -> list[str]:
+        """The release's sweep (scripts/slurm-sweep.sh, a step on every node), run on its own while the job still
+        holds the nodes: the teardown's GPU check reads them again after it (once the job is cancelled, nothing
+        reaches them). Returns the "killed PID on NODE" lines."""
+        if not self.job_id or not nodes:
+            return []
+        argv = ["srun", "--jobid", str(self.job_id), "--overlap", "-w", ",".join(nodes), f"-N{len(nodes)}",
+                f"-n{len(nodes)}", "--ntasks-per-node=1", "--job-name=atomdeck-sweep", "sh", "-c", SWEEP_SCRIPT,
+                "sweep", self.run_id]
+        res = await self.runner.run(argv, timeout=60, env={"ATOMDECK_RUN": ""})
+        return [ln for ln in res.stdout.splitlines() if ln.startswith("killed")]
+
     async def release(self, nodes: list[str] | None = None) -> list[str]:
         """Verify no process of the run is left on any node (the sweep), then cancel the holding job (if ours)
         and read its end back from sacct: one command where Slurm commands run (scripts/slurm-release.sh), so

@@ -97,6 +97,12 @@ async def teardown_run(self: Run, grace: float) -> TeardownReport:
                     if not done:
                         problems.append(line)
             before = await self.watchers.gpus.check_released()  # while the allocation still reaches the nodes
+            early: builtins.list[str] = []
+            if not before[0]:  # held: by leftovers no handle knew (a launch cut short)? swept while still readable
+                swept = await self.launcher.sweep_leftovers(sorted({n.name for n in self.plan.nodes}))
+                if swept:
+                    early.append(f"swept leftovers: {', '.join(swept)}")
+                    before = await self.watchers.gpus.read_again(before)
             try:
                 released = await self.launcher.release(list(self.plan.selection.all()))
             except Exception as e:
@@ -106,7 +112,7 @@ async def teardown_run(self: Run, grace: float) -> TeardownReport:
             gpus_ok, gpus_line = await self.watchers.gpus.after_release(before)
             if not gpus_ok:
                 problems.append(gpus_line)
-            report = await _verify_stopped(self, reports, released, "; ".join(problems))
+            report = await _verify_stopped(self, reports, early + released, "; ".join(problems))
             report.gpus = gpus_line
             return report
         except BaseException:  # interrupted or failed half-way: never leave the run "stopping"

@@ -160,17 +160,23 @@ class GpuWatcher:
         except Exception as e:
             return True, False, f"GPU memory not checked: {e}"
 
+    async def read_again(self, before: tuple[bool, bool, str]) -> tuple[bool, bool, str]:
+        """Memory held in `before`, read again after a sweep ended the run's leftovers: the new reading, or the old
+        one where the nodes cannot be read any more."""
+        again = await self.check_released(tries=2)
+        if not again[1]:
+            return before
+        if again[0]:  # the orphans the sweep found by their marker: named, since nothing else ended them
+            held = before[2].removeprefix("VRAM not back to baseline: ")
+            return True, True, again[2] + f", once the sweep ended what held it: {held}"
+        return again
+
     async def after_release(self, before: tuple[bool, bool, str]) -> tuple[bool, str]:
         """The teardown's GPU line (also a "teardown" event). Memory still held before the release is read again
         after it (the release sweeps the run's marked leftovers); where the nodes cannot be reached any more (a
         cancelled Slurm job), the reading from before stands."""
         ok, _, line = before
         if not ok:
-            again = await self.check_released(tries=2)
-            if again[1]:
-                held = line.removeprefix("VRAM not back to baseline: ")
-                ok, line = again[0], again[2]
-                if ok:  # the orphans the sweep found by their marker: named, since nothing else ended them
-                    line += f", once the sweep ended what held it: {held}"
+            ok, _, line = await self.read_again(before)
         self.run.emit(Event("teardown", "gpus", "baseline" if ok else "held", line))
         return ok, line
