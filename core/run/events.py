@@ -417,6 +417,7 @@ class RunState:
         p.stage, p.since, p.stages = "pending", e.t, {}
         p.alive, p.exit_code, p.exit_detail = None, None, ""
         p.health_from, p.health_detail = "", ""
+        p.parked, p.parked_data = "", {}  # the old process's requests are gone with it
         p.errors.clear()
         for c in self.cells.values():
             if c.owner == e.name:

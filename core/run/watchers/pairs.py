@@ -31,6 +31,10 @@ KV_WAIT_S = 4.0  # a write_request with no write-done for this long: the pair's 
 # a decode whose oldest request parked for its KV (ATOM's atom:requests_parked_kv_load) waits this long: the run
 # is degraded, naming the decode and the prefill it waits on
 PARKED_S = 3.0
+# ATOM refreshes its /metrics every 5 s (atom/entrypoints/openai/api_server.py: _METRICS_REFRESH_INTERVAL_SECONDS):
+# a parked count read there can stand that long after the requests it counted got their KV (a drained decode's
+# stays up with no write-done to reset it). Judged from the gauge alone, the wait must outlast one refresh too.
+METRICS_REFRESH_S = 5.0
 
 _TARGET = re.compile(r"\b(?:to|at) (?:tcp://)?(\[[0-9a-fA-F:]+\]|[\w.-]+):(\d+)")
 _CONSUMER = re.compile(r"\b(?:consumer=|Consumer )(\[[0-9a-fA-F:]+\]|[\w.-]+?)(?::\d+)?[\s,)]")
@@ -259,7 +263,8 @@ class HandshakeWatcher:
         p = run.state.procs.get(decode)
         if p is None or run.stopping:
             return
-        if since is None or now - since < PARKED_S:
+        wait = PARKED_S if figures.get("parked_by") == "log" else PARKED_S + METRICS_REFRESH_S
+        if since is None or now - since < wait:
             # recovered: nothing parked, or a write-done came since (a session that just began sees the old
             # requests' age only from now on: that alone is no recovery)
             if p.parked and (since is None or self.transferred_at.get(decode, 0.0) > p.parked_data.get("since", 0.0)):
