@@ -2,7 +2,7 @@
 Each asks first (core says what will happen: confirm.describe), then runs core's action in a worker; the steps
 show in the process table as core's state folds them (the watcher process follows the new process and reads the
 action's record), and the end is notified. An action cut short (the console killed) is shown on reattach, and
-offered to be finished. Used by the App only (through its run controller)."""
+offered to be finished (R) or undone (X). Used by the App only (through its run controller)."""
 
 from __future__ import annotations
 
@@ -44,20 +44,7 @@ class ActionController:
                 return
             earlier = read(live.run.rd.path, target)
             if earlier is not None and earlier.cut_short:
-                if kind != "restart":
-                    self.app.notify(f"{target}: {earlier.words()} was cut short at {earlier.step}: finish it first "
-                                    f"(R)", severity="warning")
-                    return
-
-                def finish(yes: bool | None) -> None:
-                    if yes:
-                        self._start(live, "restart", target, None, resume=True)
-
-                self.app.push_screen(ConfirmDialog(
-                    f"Finish the restart of {target}?",
-                    f"{earlier.words()} was cut short at step {earlier.step} (its session is gone).\n"
-                    f"Finishing it starts {target} if it is stopped, registers it with the router again if it runs "
-                    f"unregistered, or restarts it whole.", yes="Finish it", danger=False), finish)
+                self._cut_short(live, kind, target, earlier)
                 return
         url = None
         if target and target in live.run.processes and state.procs[target].role != "router":
@@ -70,6 +57,37 @@ class ActionController:
                 self._start(live, kind, target, role)
 
         self.app.push_screen(ConfirmDialog(title, "\n".join(lines), yes=word, danger=kind != "add"), done)
+
+    def _cut_short(self, live: LiveRun, kind: str, target: str, earlier) -> None:
+        """An action on the process was cut short (its session is gone): R finishes it, X undoes it (core's
+        resume and rollback); an add cut short can only be undone."""
+        from .screens.dialogs import ConfirmDialog
+
+        what = f"{earlier.words()} was cut short at step {earlier.step} (its session is gone)."
+        if kind == "restart" and earlier.kind != "add":
+            def finish(yes: bool | None) -> None:
+                if yes:
+                    self._start(live, earlier.kind, target, None, resume=True)
+
+            then = (f"Finishing it starts {target} if it is stopped, registers it with the router again if it runs "
+                    f"unregistered, or restarts it whole." if earlier.kind == "restart" else
+                    f"Finishing it takes {target} out of the router if it is still listed, stops it and removes it.")
+            self.app.push_screen(ConfirmDialog(f"Finish the {earlier.kind} of {target}?", f"{what}\n{then}\n"
+                                               f"(X undoes it instead.)", yes="Finish it", danger=False), finish)
+            return
+        if kind == "remove":
+            def undo(yes: bool | None) -> None:
+                if yes:
+                    self._start(live, "rollback", target, None)
+
+            then = (f"Undoing it takes the added {target} out of the router, stops it and removes it."
+                    if earlier.kind == "add" else
+                    f"Undoing it registers {target} with the router again, if it was only taken out of it; a "
+                    f"process the action already stopped cannot be put back (R finishes the action instead).")
+            self.app.push_screen(ConfirmDialog(f"Undo the {earlier.kind} of {target}?", f"{what}\n{then}",
+                                               yes="Undo it", danger=earlier.kind == "add"), undo)
+            return
+        self.app.notify(f"{target}: {what} X undoes it", severity="warning")
 
     def _start(self, live: LiveRun, kind: str, target: str | None, role: str | None, resume: bool = False) -> None:
         key = target or f"new {role}"
@@ -92,7 +110,10 @@ class ActionController:
                 result = await actions.restart(live.run, target or "", drain_timeout=DRAIN_TIMEOUT_S, who=who,
                                                resume=resume)
             elif kind == "remove":
-                result = await actions.remove(live.run, target or "", drain_timeout=DRAIN_TIMEOUT_S, who=who)
+                result = await actions.remove(live.run, target or "", drain_timeout=DRAIN_TIMEOUT_S, who=who,
+                                              resume=resume)
+            elif kind == "rollback":
+                result = await actions.rollback(live.run, target or "", who=who)
             else:
                 result = await add(live.run, role or "decode", who=who, restart_router=role == "prefill")
         except AtomdeckError as e:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 import time
 from typing import TYPE_CHECKING
@@ -31,7 +32,7 @@ def add_parsers(sub) -> None:
     p.add_argument("--no-drain", action="store_true", help="stop at once: requests in flight to it fail")
     p.add_argument("--drain-timeout", type=float, default=None, metavar="S",
                    help="seconds to wait for its in-flight requests (default 60); then they are ended with it")
-    p.add_argument("--resume", action="store_true", help="finish a restart that was cut short")
+    _finish_flags(p, "restart")
     p.add_argument("--json", action="store_true", help="one JSON object")
 
     p = sub.add_parser("remove", help="drain a worker, stop it and take it out of the run")
@@ -39,6 +40,7 @@ def add_parsers(sub) -> None:
     p.add_argument("process", help="a worker, e.g. decode-1")
     p.add_argument("--no-drain", action="store_true", help="stop at once: requests in flight to it fail")
     p.add_argument("--drain-timeout", type=float, default=None, metavar="S")
+    _finish_flags(p, "removal")
     p.add_argument("--json", action="store_true")
 
     p = sub.add_parser("add", help="add a worker to a live run: on a free node, or a free per_node slot",
@@ -54,22 +56,36 @@ def add_parsers(sub) -> None:
     p.add_argument("--json", action="store_true")
 
 
+def _finish_flags(p, what: str) -> None:
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--resume", action="store_true", help=f"finish a {what} that was cut short (or failed)")
+    g.add_argument("--rollback", action="store_true",
+                   help="undo an action on it that was cut short: a worker only taken out of the router is "
+                        "registered again; an added worker is stopped and removed")
+
+
 def cmd_restart(args: argparse.Namespace) -> int:
-    from ..run.actions import DRAIN_TIMEOUT_S, restart
+    from ..run.actions import DRAIN_TIMEOUT_S, restart, rollback
 
     if args.drain_timeout is not None and args.drain_timeout < 0:
         return fail(args.json, 2, "usage", "--drain-timeout takes seconds >= 0, e.g. --drain-timeout 30")
+    if args.rollback:
+        return _act(args, lambda run: rollback(run, args.process))
     return _act(args, lambda run: restart(run, args.process, drain=not args.no_drain,
                                           drain_timeout=DRAIN_TIMEOUT_S if args.drain_timeout is None
                                           else args.drain_timeout, resume=args.resume))
 
 
 def cmd_remove(args: argparse.Namespace) -> int:
-    from ..run.actions import DRAIN_TIMEOUT_S, remove
+    from ..run.actions import DRAIN_TIMEOUT_S, remove, rollback
 
+    if args.drain_timeout is not None and args.drain_timeout < 0:
+        return fail(args.json, 2, "usage", "--drain-timeout takes seconds >= 0, e.g. --drain-timeout 30")
+    if args.rollback:
+        return _act(args, lambda run: rollback(run, args.process))
     return _act(args, lambda run: remove(run, args.process, drain=not args.no_drain,
                                          drain_timeout=DRAIN_TIMEOUT_S if args.drain_timeout is None
-                                         else args.drain_timeout))
+                                         else args.drain_timeout, resume=args.resume))
 
 
 def cmd_add(args: argparse.Namespace) -> int:
@@ -108,12 +124,16 @@ def _act(args: argparse.Namespace, action) -> int:
     except AtomdeckError as e:
         return fail(args.json, 2, "input", str(e))
     except KeyboardInterrupt:
-        print(f"interrupted: the action on {args.process} was cut short; finish it with `atomdeck restart "
-              f"{run.id} {args.process} --resume` (see `atomdeck status {run.id}`)", file=sys.stderr)
+        from ..run.intents import how_to_finish, read_all
+
+        cut = [it for it in read_all(run.rd.path).values() if it.cut_short and it.pid == os.getpid()]
+        how = "; ".join(f"{it.kind} of {it.target}: {how_to_finish(run.id, it)}" for it in cut) or \
+            "nothing of it was recorded yet"
+        print(f"interrupted: the action was cut short: {how} (see `atomdeck status {run.id}`)", file=sys.stderr)
         return 130
     if args.json:
         print(json.dumps({"run": run.id, "action": result.to_json(), "status": run.state.status,
                           "diagnosis": run.state.diagnosis}, default=str))
     else:
         print(f"{result.kind} of {result.target}: {result.outcome}: {result.detail}")
-    return 0 if result.outcome == "done" else 1
+    return 0 if result.outcome in ("done", "rolled back") else 1

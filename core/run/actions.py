@@ -30,10 +30,11 @@ from typing import TYPE_CHECKING
 
 from ..config.errors import AtomdeckError
 from ..remote.probes import HttpClient
-from .actor import ActionFailed, ActionResult, Actor, check_target
+from .actor import ActionFailed, ActionResult, Actor, check_live, check_target
+from .diagnose import last_words, meaning
 from .drain import RouterSide, drain_worker
 from .events import TERMINAL, Event
-from .intents import read, source
+from .intents import how_to_finish, read, source
 
 if TYPE_CHECKING:
     from ..design.commands import ProcessSpec
@@ -53,9 +54,7 @@ async def restart(run: Run, name: str, *, drain: bool = True, drain_timeout: flo
     short (its session went away) or failed, from where the process is: a live, registered one is restarted
     whole; a live one the router lost is registered again; a stopped one is started."""
     check_target(run, name)
-    earlier = read(run.rd.path, name) if resume else None
-    if resume and (earlier is None or not (earlier.cut_short or earlier.step == "failed")):
-        raise AtomdeckError(f"no action on {name} was cut short or failed: there is nothing to resume")
+    earlier = _resumable(run, name, "restart") if resume else None
     with Actor(run, "restart", name, who or source("CLI"), {"edited": spec is not None}, earlier) as act:
         try:
             return await _restart(run, act, name, drain, drain_timeout, spec, resume)
@@ -84,9 +83,10 @@ async def _restart(run: Run, act: Actor, name: str, drain: bool, drain_timeout: 
                         await drain_worker(run, act, router, name, drain_timeout)
                     else:
                         await router.remove(act, name)
-                act.step("stopping", "the same verified stop as a teardown, for this process's whole tree")
-                await stop_one(run, name)
+                await stop_one(run, name, act)
                 act.step("stopped")
+            elif listed:  # dead but still listed (a crash): out first, or the router refuses its AddWorker
+                await router.remove(act, name)
             new = await start_one(run, act, name, spec or (router_spec(run) if is_router else None))
             await wait_ready(run, act, name, new)
         if not is_router:
@@ -101,9 +101,10 @@ async def _restart(run: Run, act: Actor, name: str, drain: bool, drain_timeout: 
 
 
 async def remove(run: Run, name: str, *, drain: bool = True, drain_timeout: float = DRAIN_TIMEOUT_S,
-                 who: str = "") -> ActionResult:
+                 who: str = "", resume: bool = False) -> ActionResult:
     """Take a worker out of the live run: drained (or not), stopped verified, and recorded as removed, so that
-    status, down, a reattach and the Runs screen know it. The router is not asked again: it was told first."""
+    status, down, a reattach and the Runs screen know it. The router is not asked again: it was told first.
+    `resume`: finish a removal that was cut short or failed (each step is skipped when already done)."""
     check_target(run, name)
     role = run.processes[name].role
     if role == "router":
@@ -113,22 +114,89 @@ async def remove(run: Run, name: str, *, drain: bool = True, drain_timeout: floa
     if not left:
         raise AtomdeckError(f"{name} is the run's only {role}: without it the router has nothing to send requests "
                             f"to (every request would fail); `atomdeck down {run.id}` ends the run")
-    with Actor(run, "remove", name, who or source("CLI")) as act:
+    earlier = _resumable(run, name, "remove") if resume else None
+    with Actor(run, "remove", name, who or source("CLI"), resume=earlier) as act:
+        try:
+            await _take_out(run, act, name, drain, drain_timeout)
+        except ActionFailed as e:
+            return act.end("failed", str(e))
+        return act.end("done", f"removed after {time.monotonic() - act.t0:.1f}s; {len(left)} {role}(s) serve")
+
+
+async def _take_out(run: Run, act: Actor, name: str, drain: bool, drain_timeout: float) -> None:
+    """Out of the router (drained or not), stopped verified, recorded as removed; a step already done is
+    skipped (a resumed removal, an add rolled back)."""
+    router = RouterSide(run)
+    try:
+        await _node_reachable(run, run.processes[name].node)
+        if drain and _alive(run, name):
+            await drain_worker(run, act, router, name, drain_timeout)
+        else:
+            await router.remove(act, name)
+        if _alive(run, name):
+            await stop_one(run, name, act)
+        run.emit(Event("proc.removed", name, "", f"removed by {act.intent.source}"))
+    finally:
+        await router.close()
+
+
+def _resumable(run: Run, name: str, kind: str):
+    """The record of the action on `name` that was cut short or failed, to be finished; refused otherwise."""
+    earlier = read(run.rd.path, name)
+    if earlier is None or not (earlier.cut_short or earlier.step == "failed"):
+        raise AtomdeckError(f"no action on {name} was cut short or failed: there is nothing to resume")
+    if earlier.kind != kind:
+        raise AtomdeckError(f"the action on {name} that was cut short is a {earlier.kind}: "
+                            f"{how_to_finish(run.id, earlier)}")
+    return earlier
+
+
+BEFORE_STOP = ("requested", "draining", "drained")
+
+
+async def rollback(run: Run, name: str, *, who: str = "") -> ActionResult:
+    """Undo an action cut short, putting back what it changed: a restart or a removal stopped before the process
+    was (it was only taken out of the router) has it registered again and checked serving; an added worker is
+    taken out of the router, stopped and removed. A process an action already stopped cannot be put back: the
+    refusal says what finishes it instead."""
+    check_live(run)
+    earlier = read(run.rd.path, name)
+    if earlier is None or not earlier.cut_short:
+        raise AtomdeckError(f"no action on {name} was cut short: there is nothing to roll back"
+                            + (f" (the last one, a {earlier.kind}, ended {earlier.step})" if earlier else ""))
+    if earlier.kind == "add":
+        if name not in run.processes or name not in run.state.procs:  # cut short before it was planned
+            with Actor(run, "add", name, who or source("CLI"), resume=earlier) as act:
+                return act.end("rolled back", f"{name} was never started: nothing to undo")
+        with Actor(run, "add", name, who or source("CLI"), resume=earlier) as act:
+            try:
+                await _take_out(run, act, name, drain=True, drain_timeout=DRAIN_TIMEOUT_S)
+            except ActionFailed as e:
+                return act.end("failed", str(e))
+            return act.end("rolled back", f"the added {name} is stopped and out of the run")
+    check_target(run, name)
+    if earlier.step not in BEFORE_STOP:
+        then = (f"`atomdeck restart {run.id} {name} --resume` starts it again" if earlier.kind == "restart" else
+                f"`atomdeck remove {run.id} {name} --resume` finishes the removal, after which `atomdeck add "
+                f"{run.id} --role {run.processes[name].role}` starts a worker in its slot")
+        raise AtomdeckError(f"the {earlier.kind} of {name} was cut short at step {earlier.step}, after it stopped "
+                            f"the process: there is nothing to put back; {then}")
+    with Actor(run, earlier.kind, name, who or source("CLI"), resume=earlier) as act:
         router = RouterSide(run)
         try:
-            await _node_reachable(run, run.processes[name].node)
-            if drain:
-                await drain_worker(run, act, router, name, drain_timeout)
+            if not _alive(run, name):
+                raise ActionFailed(f"{name} is no longer running (it ended after the {earlier.kind} was cut "
+                                   f"short): `atomdeck restart {run.id} {name}` starts it")
+            if await router.listed(name):
+                act.step("registered", "the router still lists it: nothing to put back")
             else:
-                await router.remove(act, name)
-            act.step("stopping", "the same verified stop as a teardown, for this process's whole tree")
-            await stop_one(run, name)
-            run.emit(Event("proc.removed", name, "", f"removed by {act.intent.source}"))
+                await router.register(act, name)
+                await router.smoke_through(act, name)
         except ActionFailed as e:
             return act.end("failed", str(e))
         finally:
             await router.close()
-        return act.end("done", f"removed after {time.monotonic() - act.t0:.1f}s; {len(left)} {role}(s) serve")
+        return act.end("rolled back", f"{name} serves as before the {earlier.kind}")
 
 
 def _alive(run: Run, name: str) -> bool:
@@ -149,8 +217,12 @@ async def _node_reachable(run: Run, node: str) -> None:
 
 # ---- the router's side ---------------------------------------------------------------------------------------
 
-async def stop_one(run: Run, name: str) -> None:
+async def stop_one(run: Run, name: str, act: Actor) -> None:
+    """The same verified stop as a teardown, for this process's whole tree; recorded as the stop the action
+    meant (by its PID: a process the action starts after it that ends is not a stop)."""
     h = run.handles.get(name)
+    act.intent.stopping_pid = (h.pid or 0) if h is not None else 0
+    act.step("stopping", "the same verified stop as a teardown, for this process's whole tree")
     if h is None or not h.pid:
         return
     (report,) = await run.launcher.stop([h], STOP_GRACE_S)
@@ -235,16 +307,13 @@ async def wait_ready(run: Run, act: Actor, name: str, h: ProcHandle) -> None:
     try:
         while True:
             st = p[name]
-            if st.pid == h.pid and st.alive is False:
-                last = list(st.last_lines)[-1] if st.last_lines else ""
-                raise ActionFailed(f"the new {name} (pid {h.pid}) {st.exit_detail or 'exited'}; last: {last}; retry "
-                                   f"with `atomdeck restart {run.id} {name} --resume`")
+            _check_alive(run, name, h)
             r = await http.get(host, port, "/health", 2.0, runner)
             if r.ok:
                 if not is_router:
                     run.emit_stage(name, "http_up", "GET /health 200")
                 break
-            if st.stage != shown:
+            if st.stage != shown and st.pid == h.pid:  # (the old process's state until the watch follows it)
                 shown = st.stage
                 act.step("loading", f"{st.stage.replace('_', ' ')} (pid {h.pid})")
             if time.monotonic() >= deadline:
@@ -258,6 +327,7 @@ async def wait_ready(run: Run, act: Actor, name: str, h: ProcHandle) -> None:
     if pairs:
         act.step("handshake", f"{len(pairs)} KV pair(s) checked again from the consumers' nodes")
         while True:
+            _check_alive(run, name, h)
             pairs = [pr for pr in run.state.pairs.values() if name in (pr.prefill, pr.decode)]
             bad = [pr for pr in pairs if pr.stage == "failed"]
             if bad:
@@ -269,6 +339,16 @@ async def wait_ready(run: Run, act: Actor, name: str, h: ProcHandle) -> None:
                                     ("ports_reachable", "transferred"))
                 raise ActionFailed(f"KV pairs not reachable after {limit:g}s: {waiting}")
             await asyncio.sleep(POLL_S)
+
+
+def _check_alive(run: Run, name: str, h: ProcHandle) -> None:
+    """The process the action started is still there (the watchers follow it), else the action fails saying how
+    it ended."""
+    st = run.state.procs[name]
+    if st.pid == h.pid and st.alive is False:
+        last = last_words(st)
+        raise ActionFailed(f"the new {name} (pid {h.pid}) {st.exit_detail or 'exited'}; last: {last}"
+                           f"{meaning(last)}; retry with `atomdeck restart {run.id} {name} --resume`")
 
 
 async def wait_router_serving(run: Run, act: Actor, router: RouterSide) -> None:

@@ -40,7 +40,8 @@ def own_check(line: str) -> bool:
     return bool(_OWN_CHECKS.search(line))
 
 
-def _last(p: ProcState) -> str:
+def last_words(p: ProcState) -> str:
+    """The line that says most about how a process is or ended: its last error line, else its last line."""
     for line in reversed(p.errors or []):
         return line.strip()[:160]
     for line in reversed(p.last_lines):
@@ -61,7 +62,7 @@ _MEANS = ((re.compile(r"address already in use", re.IGNORECASE),
            "the model path is not a model directory on the node, or not mounted in its container"))
 
 
-def _meaning(last: str) -> str:
+def meaning(last: str) -> str:
     for rx, means in _MEANS:
         if rx.search(last):
             return f" ({means})"
@@ -96,17 +97,18 @@ def _signame(num: int) -> str:
 
 def describe_proc(p: ProcState, now: float) -> str:
     if p.stage in HEALTH_STAGES and p.alive is not False:
-        return f"{p.name} on {p.node} {p.stage} for {_ago(p.since or now, now)}: {p.health_detail}; last: {_last(p)}"
+        return (f"{p.name} on {p.node} {p.stage} for {_ago(p.since or now, now)}: {p.health_detail}; "
+                f"last: {last_words(p)}")
     if p.alive is False or p.stage in TERMINAL:
         how = (p.exit_detail or (f"exit {p.exit_code}" if p.exit_code is not None else "gone")) + rank_death(p)
-        last = _last(p)
-        return f"{p.name} on {p.node} {how}; last: {last}{_meaning(last)}"
+        last = last_words(p)
+        return f"{p.name} on {p.node} {how}; last: {last}{meaning(last)}"
     if p.stage == "pending":
         return f"{p.name} on {p.node} not started yet"
     quiet = now - p.last_line_at if p.last_line_at else None
     stall = f", silent for {_ago(p.last_line_at, now)}" if quiet and quiet > STALL_AFTER_S else ""
     return (f"{p.name} on {p.node} alive, {p.stage.replace('_', ' ')} for {_ago(p.since or now, now)}{stall}; "
-            f"last: {_last(p)}")
+            f"last: {last_words(p)}")
 
 
 def parked_words(m: dict, short: bool = False) -> str:

@@ -5,6 +5,7 @@ queues (its /metrics)."""
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +18,11 @@ if TYPE_CHECKING:
     from .actor import Run
 
 JOB_TIMEOUT_S = 30.0
+# A worker served a request, in its own log: uvicorn's access line for a completion (ATOM's server runs uvicorn with
+# its access log unless --disable-uvicorn-access-log), a decode's KV received for a request and a prefill's KV sent
+# (mooncake_connector.py: pin :1184/:1217, head :1684/:1791; core/run/classify.py)
+SERVED = re.compile(r'"POST /v1/(?:chat/)?completions HTTP/1\.[01]" 200|\[CONSUMER\] Write-done received for req|'
+                    r"\[PRODUCER\] write-done sent for req")
 SMOKE_TRIES = 16  # completions sent at most, one each 0.25 s until the worker's own count moves
 SMOKE_CONFIRM_S = 15.0  # ATOM refreshes its metrics snapshot every 5 s
 
@@ -73,9 +79,10 @@ class RouterSide:
         act.step("registered", f"router id {done.worker_id}")
 
     async def smoke_through(self, act: Actor, name: str) -> None:
-        """Completions through the router until one was served by this worker (its own requests_finished moved;
-        ATOM refreshes its metrics every few seconds, so the count is read until it moves). The first answer
-        through the router makes it serving; the count confirms the router sends it work."""
+        """Completions through the router until one was served by this worker: a line of its own log says so
+        (SERVED: read as the watch follows it), or its own requests_finished moved (ATOM refreshes its metrics
+        every 5 s, so that count comes late). The first answer through the router makes it serving; the evidence
+        confirms the router sends it work."""
         run = self.run
         h = run.recipe.health
         ep = run.plan.endpoint(name)
@@ -84,8 +91,30 @@ class RouterSide:
                 "temperature": 0}
         before = await finished_requests(self.http, ep, runner)
         act.step("smoke", "completions through the router until this worker served one")
-        router = run.plan.router
         deadline = time.monotonic() + SMOKE_CONFIRM_S
+        served: list[str] = []
+
+        def hear(proc: str, line: str) -> None:
+            if proc == name and not served and SERVED.search(line):
+                served.append(line.strip()[:200])
+
+        def hear_event(e: Any) -> None:  # (a console: its watcher process hands the lines over as events)
+            if e.kind == "proc.line":
+                hear(e.name, e.detail)
+
+        run.line_listeners.append(hear)
+        run.listeners.append(hear_event)
+        try:
+            await self._smoke_loop(act, name, body, ep, runner, before, deadline, served)
+        finally:
+            run.line_listeners.remove(hear)
+            run.listeners.remove(hear_event)
+
+    async def _smoke_loop(self, act: Actor, name: str, body: dict, ep: Any, runner: Any, before: float | None,
+                          deadline: float, served: list[str]) -> None:
+        run = self.run
+        h = run.recipe.health
+        router = run.plan.router
         sent = 0
         while True:
             if sent < SMOKE_TRIES:
@@ -97,14 +126,20 @@ class RouterSide:
                 sent += 1
                 if sent == 1:
                     run.emit_stage(name, "serving", "registered, and the router answers")
-            now = await finished_requests(self.http, ep, runner)
-            if before is None or now is None:  # no /metrics (ATOM at the pin): the router answered
-                act.step("smoke", "the router answered (no /metrics on this ATOM to tell which worker served)")
+            if served:  # its own log says it served one (long before its metrics refresh)
+                act.step("smoke", f"served by {name} ({sent} completion(s) sent through the router; its log: "
+                                  f"{served[0]})")
                 return
-            if now > before:
-                act.step("smoke", f"served by {name} ({sent} completion(s) sent through the router)")
+            now = await finished_requests(self.http, ep, runner) if before is not None else None
+            if before is not None and now is not None and now > before:
+                act.step("smoke", f"served by {name} ({sent} completion(s) sent through the router; its "
+                                  f"requests_finished moved)")
                 return
             if time.monotonic() >= deadline:
+                if before is None or now is None:  # no /metrics (ATOM at the pin), no telling line: it answered
+                    act.step("smoke", "the router answered (neither its log nor /metrics told which worker "
+                                      "served)")
+                    return
                 raise ActionFailed(f"{sent} completions through the router in {SMOKE_CONFIRM_S:g}s, none served by "
                                    f"{name}: the router does not send it work (its policy: "
                                    f"{run.recipe.router.policy})")

@@ -44,6 +44,7 @@ class Intent:
     host: str = ""
     spec: dict = field(default_factory=dict)   # what is started: argv/env edited, an added process's design
     before: dict = field(default_factory=dict)  # what rollback puts back (e.g. the router id it was removed as)
+    stopping_pid: int = 0  # the process it stops on purpose (a new one it started ending is not a stop)
     held: bool = True    # read back: a live session holds its lock
 
     @property
@@ -60,15 +61,23 @@ class Intent:
         return f"{self.kind} of {self.target} by {self.source}, since {since}"
 
 
+def how_to_finish(run_id: str, it: Intent) -> str:
+    """The commands that finish or undo an action cut short (an add is undone; finishing it is adding again)."""
+    if it.kind == "add":
+        return f"undo it with `atomdeck remove {run_id} {it.target} --rollback`"
+    return (f"finish it with `atomdeck {it.kind} {run_id} {it.target} --resume` or undo it with "
+            f"`atomdeck {it.kind} {run_id} {it.target} --rollback`")
+
+
 class ActionBusy(AtomdeckError):
     """Another action on the same process is running (or was cut short and waits to be finished or rolled
     back): it is named."""
 
-    def __init__(self, other: Intent):
+    def __init__(self, other: Intent, run_id: str = "RUN"):
         self.other = other
         if other.cut_short:
             super().__init__(f"{other.target}: {other.words()} was cut short at step {other.step} (its session "
-                             f"is gone); finish it with `--resume` or undo it with `--rollback`")
+                             f"is gone); {how_to_finish(run_id, other)}")
         else:
             super().__init__(f"{other.target} is busy: {other.words()} (step: {other.step}); wait for it to end, "
                              f"or see it with `atomdeck status`")
@@ -103,10 +112,11 @@ class ActionLock:
         except BlockingIOError:
             os.close(fd)
             other = read(self.dir.parent, self.intent.target)
-            raise ActionBusy(other or Intent("?", "action", self.intent.target, "another session", 0.0)) from None
+            raise ActionBusy(other or Intent("?", "action", self.intent.target, "another session", 0.0),
+                             self.dir.parent.name) from None
         if earlier is not None and earlier.cut_short and not take_over:
             os.close(fd)
-            raise ActionBusy(earlier)
+            raise ActionBusy(earlier, self.dir.parent.name)
         self._fd = fd
         self.intent.pid, self.intent.host = os.getpid(), socket.gethostname()
         self.write()
@@ -179,9 +189,11 @@ def _held(lock: Path) -> bool:
     return False
 
 
-def expected_exit(run_dir: Path, target: str) -> Intent | None:
-    """The action that is stopping `target` on purpose, if one is (its exit is then a stop, not a crash)."""
+def expected_exit(run_dir: Path, target: str, pid: int | None = None) -> Intent | None:
+    """The action that is stopping `target` on purpose, if one is (its exit is then a stop, not a crash). With
+    `pid`: only when that is the process the action stops (the one it started in its place may still fail)."""
     intent = read(run_dir, target)
     if intent is not None and intent.held and intent.step in STOPPING_STEPS:
-        return intent
+        if pid is None or not intent.stopping_pid or intent.stopping_pid == pid:
+            return intent
     return None

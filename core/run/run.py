@@ -295,9 +295,9 @@ class Run:
                 for fn in list(self.listeners):
                     fn(e)
 
-    def expected_exit(self, name: str) -> Intent | None:
-        """The action (of any session) stopping this process on purpose now, if one is."""
-        return expected_exit(self.rd.path, name)
+    def expected_exit(self, name: str, pid: int | None = None) -> Intent | None:
+        """The action (of any session) stopping this process (`pid`: that one) on purpose now, if one is."""
+        return expected_exit(self.rd.path, name, pid)
 
     def adopt_from_disk(self) -> builtins.list[str]:
         """What other sessions' actions changed, read from the run directory: a worker added (the recorded

@@ -105,15 +105,39 @@ class Watchers:
         requests stay parked for their KV, or a pair failed; and serving again once none is."""
         run = self.run
         s = run.state
-        if s.status not in LIVE or run.stopping:
+        if run.stopping:
+            return
+        acting = [a for a in s.actions.values() if a.running]
+        router = s.procs.get("router")
+        if s.status == "failed" and acting and router is not None and "serving" in router.stages:
+            # an operator brings back the worker whose end failed the run: out of `failed` while it comes back
+            run._set_status("degraded", diagnose(s).headline)
+        if s.status not in LIVE:
+            return
+        lost = self._lost_for_good()
+        if lost:
+            run._fail(lost)
             return
         sick = [p for p in s.procs.values() if p.stage in HEALTH_STAGES or (p.action and not p.removed)
-                or (p.parked and p.alive is not False)]
+                or (p.parked and p.alive is not False) or (p.stage == "failed" and not p.removed)]
         broken = [pr for pr in s.pairs.values() if pr.stage == "failed"]
         if sick or broken:
             run._set_status("degraded", diagnose(s).headline)
         elif s.status == "degraded":
             run._set_status("serving", f"serving again: {s.readiness()}")
+
+    def _lost_for_good(self) -> str:
+        """Why the run fails now: a worker of a critical role is down after the last action on it failed (it
+        could not be brought back), or "" (nothing is)."""
+        s = self.run.state
+        for p in s.procs.values():
+            if p.alive is not False or p.stage != "failed" or p.removed or p.action:
+                continue
+            last = max((a for a in s.actions.values() if a.target == p.name), key=lambda a: a.started, default=None)
+            spec = self.policy.role(p.name)
+            if last is not None and last.outcome == "failed" and spec is not None and spec.critical:
+                return f"{p.name} is down: its {last.kind} failed: {last.detail}"
+        return ""
 
     async def watch(self, until: Callable[[RunState], bool] | None = None, timeout: float | None = None) -> RunState:
         """Watch every process, port and check until `until(state)` holds, the timeout passes, or cancelled."""

@@ -8,6 +8,7 @@ import asyncio
 from typing import TYPE_CHECKING
 
 from ..events import Event
+from ..intents import how_to_finish
 from .base import RunHost
 
 if TYPE_CHECKING:
@@ -48,7 +49,7 @@ class ActionWatcher:
             data = {"id": it.id, "kind": it.kind, "source": it.source, "seen": True}
             if it.cut_short:
                 self.run.emit(Event("action", name, "interrupted", f"cut short at {it.step}: its session "
-                                    f"({it.source}) is gone; finish it (`--resume`) or undo it (`--rollback`)",
+                                    f"({it.source}) is gone; {how_to_finish(self.run.id, it)}",
                                     data, t=it.since or it.started))
             else:
                 self.run.emit(Event("action", name, it.step, it.detail, data, t=it.since or it.started))

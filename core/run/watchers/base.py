@@ -34,6 +34,7 @@ class RunHost(Protocol):
     offsets: dict[str, int]
     stopping: bool
     line_listeners: list[Callable[[str, str], None]]
+    listeners: list[Callable[[Event], None]]
 
     def emit(self, e: Event) -> None: ...
 
@@ -47,7 +48,7 @@ class RunHost(Protocol):
 
     def torn_down_elsewhere(self) -> bool: ...
 
-    def expected_exit(self, name: str) -> Intent | None: ...
+    def expected_exit(self, name: str, pid: int | None = None) -> Intent | None: ...
 
     def saved_handle(self, name: str) -> ProcHandle | None: ...
 

@@ -18,7 +18,6 @@ if TYPE_CHECKING:
     from ...launch.base import ProcHandle, ProcStatus
     from .base import WatcherGroup as Watchers  # (the package imports this module)
 
-YEAR = 3600 * 24 * 365
 HANDLE_POLL_S = 0.2  # a process stopped by an action: how often its handle file is read for the new process
 ORPHAN_POLL_S = 1.0  # an engine whose supervisor is gone, where its launcher's wait() returns at once
 
@@ -57,7 +56,7 @@ class LogWatcher:
         try:
             p = run.state.procs[name]
             if p.alive is False and p.stage in TERMINAL:
-                await asyncio.sleep(YEAR)  # already over: keep the tail only
+                return await self._started_again(name, h)  # already over: the tail, until one starts in its place
             status = await run.launcher.wait(h)
             while status.alive:  # its supervisor is gone and the engine lives on: its own end is waited for
                 self.supervisor_gone(name, status)
@@ -73,7 +72,7 @@ class LogWatcher:
                 run.stopping = True
             if run.state.procs[name].pid not in (None, h.pid):
                 return None  # another process is this name's now (an action started it): this one's end is old news
-            intent = None if run.stopping else run.expected_exit(name)
+            intent = None if run.stopping else run.expected_exit(name, h.pid)
             value = "stopped" if run.stopping or intent is not None else "failed"
             detail = status.detail if status.exit_code != 0 or value == "stopped" else "exited 0 unexpectedly"
             if intent is not None:
@@ -87,10 +86,21 @@ class LogWatcher:
             elif not run.stopping and not self.group.policy.on_exit(name, status.exit_code, detail):
                 run._fail()
             tail = asyncio.create_task(self.tail(name, h))  # a few more lines may come over slow links
-            await asyncio.sleep(YEAR)
-            return None
+            return await self._started_again(name, h)
         finally:
             await cancel_all([tail])
+
+    async def _started_again(self, name: str, old: ProcHandle) -> ProcHandle | None:
+        """A process that ended (a crash that failed the run, a removed worker): whenever an action, of this
+        session or another, starts one in its place (a restart of the failed worker, an add into a removed one's
+        slot), the new one; None when this session's action did (its handle is in memory: watch_proc goes on)."""
+        while True:
+            if self.run.handles[name].pid != old.pid:
+                return None
+            h = self.run.saved_handle(name)
+            if h is not None and h.pid and (h.pid, h.node) != (old.pid, old.node):
+                return h
+            await asyncio.sleep(HANDLE_POLL_S)
 
     async def _next_handle(self, name: str, old: ProcHandle) -> ProcHandle | None:
         """The process an action starts in place of `old` (its handle file names another PID), or None once

@@ -103,6 +103,7 @@ class RouterWatcher:
                     if wp.role != "router":
                         run.emit_stage(wname, "serving")
                 run._set_status("serving", f"serving: {run.state.readiness()}; smoke {tokens or '?'} tokens")
+                self.group.settle()  # (degraded at once when a worker of a role that is not critical is down)
                 return
             why = f"HTTP {r.status}: {r.text(200)}" if r.status else r.error
             run.emit(Event("check", "smoke", "fail", f"attempt {attempt + 1}: {why}"))
