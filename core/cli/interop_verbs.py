@@ -10,11 +10,14 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..config.errors import AtomdeckError, ConfigError, ConfigIssue
-from ..config.srtslurm_read import Note
 from .contexts import add_args
 from .output import print_json
+
+if TYPE_CHECKING:  # (main.build_parser imports this module for every verb, the console too: nothing heavy here)
+    from ..config.srtslurm_read import Note
 
 FORMATS = ("srt-slurm",)
 
@@ -135,6 +138,7 @@ def _against_cluster(path: str, spec: str) -> list[Note]:
     import yaml
 
     from ..config.clusters import load
+    from ..config.srtslurm_read import Note
 
     cluster = load(spec)[0]
     try:
