@@ -12,6 +12,7 @@ import time
 from typing import TYPE_CHECKING
 
 from ..config.errors import AtomdeckError
+from .contexts import add_args
 from .output import fail
 
 if TYPE_CHECKING:
@@ -34,6 +35,7 @@ def add_parsers(sub) -> None:
                    help="seconds to wait for its in-flight requests (default 60); then they are ended with it")
     _finish_flags(p, "restart")
     p.add_argument("--json", action="store_true", help="one JSON object")
+    add_args(p, "run")
 
     p = sub.add_parser("remove", help="drain a worker, stop it and take it out of the run")
     p.add_argument("run")
@@ -42,6 +44,7 @@ def add_parsers(sub) -> None:
     p.add_argument("--drain-timeout", type=float, default=None, metavar="S")
     _finish_flags(p, "removal")
     p.add_argument("--json", action="store_true")
+    add_args(p, "run")
 
     p = sub.add_parser("add", help="add a worker to a live run: on a free node, or a free per_node slot",
                        description="Plan one more worker of the role (linted as for a launch), check its node "
@@ -54,6 +57,7 @@ def add_parsers(sub) -> None:
     p.add_argument("--restart-router", action="store_true",
                    help="(a prefill) restart the router with it on its command line: clients see a gap")
     p.add_argument("--json", action="store_true")
+    add_args(p, "run")
 
 
 def _finish_flags(p, what: str) -> None:
@@ -97,9 +101,10 @@ def cmd_add(args: argparse.Namespace) -> int:
 
 def _act(args: argparse.Namespace, action) -> int:
     from ..run.run import Run
+    from .contexts import pick_run
 
     try:
-        run = Run.open(args.run)
+        run = Run.open(pick_run(args, args.run))
     except AtomdeckError as e:
         return fail(args.json, 2, "input", str(e))
     t0 = time.monotonic()

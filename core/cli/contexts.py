@@ -3,9 +3,9 @@
 One rule, three kinds of verb (README.md "Several clusters" says the same):
   - verbs that plan or launch (plan, lint, nodes, up, drill, tui): the cluster they work on. Named with
     --cluster NAME|FILE or --context NAME, else the clusters file's `current:`, else the demo (local).
-  - verbs on runs (status, watch, logs, down, snapshot, bench, compare): a run carries its own cluster (its
-    directory keeps the cluster file it was launched with), so without a flag any run is taken. With one, a
-    RUN named must be on that cluster (else exit 2, naming the run's cluster), and a RUN left out (status,
+  - verbs on runs (status, watch, logs, down, snapshot, restart, remove, add, bench, compare): a run carries its
+    own cluster (its directory keeps the cluster file it was launched with), so without a flag any run is taken.
+    With one, a RUN named must be on that cluster (else exit 2, naming the run's cluster), and a RUN left out (status,
     watch) is the newest run on it. The current context never narrows them.
   - runs: every cluster's runs, each with its cluster; with a flag, only that cluster's.
   - import/export convert files: --context names the cluster whose gpus_per_node an export splits workers by

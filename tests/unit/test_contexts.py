@@ -182,10 +182,12 @@ def test_design_verbs_work_on_the_named_cluster_else_the_current_one():
 
 
 @pytest.mark.parametrize("verb", ["plan", "lint", "nodes", "up", "status", "watch", "logs", "down", "runs", "bench",
-                                  "compare", "snapshot", "drill", "tui", "import", "export"])
+                                  "compare", "snapshot", "restart", "remove", "add", "drill", "tui", "import",
+                                  "export"])
 def test_every_verb_takes_context_and_refuses_an_unknown_one_alike(verb):
     args = {"plan": ["demo-1p1d"], "lint": ["demo-1p1d"], "up": ["demo-1p1d"], "logs": ["r1"], "down": ["r1"],
             "bench": ["r1"], "compare": ["r1"], "snapshot": ["r1"], "drill": ["list"],
+            "restart": ["r1", "decode-0"], "remove": ["r1", "decode-0"], "add": ["r1", "--role", "decode"],
             "import": ["srt-slurm", "x.yaml"], "export": ["srt-slurm", "demo-1p1d"]}.get(verb, [])
     if verb == "tui":  # (no --json: the console)
         p = atomdeck(verb, "--context", "nowhere")
@@ -220,6 +222,10 @@ def test_verbs_on_runs_take_any_run_and_with_context_only_its_runs():
         pick_run(Namespace(cluster="demo"), "r-lab2")
     p = atomdeck("down", "r-lab2", "--context", "demo")
     assert p.returncode == 2 and "is on cluster lab2, not demo" in p.stderr
+    for act in (["restart", "r-lab2", "decode-0"], ["remove", "r-lab2", "decode-0"], ["add", "r-lab2", "--role",
+                                                                                         "decode"]):
+        p = atomdeck(*act, "--context", "demo", "--json")  # refused before the run is touched
+        assert p.returncode == 2 and "is on cluster lab2, not demo" in json.loads(p.stdout)["error"]["message"]
     p = atomdeck("status", "--context", "lab", "--json")
     assert p.returncode == 2 and "no runs on cluster lab" in json.loads(p.stdout)["error"]["message"]
 
