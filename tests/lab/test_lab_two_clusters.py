@@ -3,7 +3,7 @@ one console at the same time, a run on each; then the lab's login host unreachab
 marked as not answering while the demo's run is still watched and the keys go on.
 
 The demo runs on the demo's own settings but on loopback addresses of its own (127.0.0.61-62, `demo-b` in the
-clusters file), so only the lab's lock is needed: `flock /tmp/atomdeck-lab.lock pytest tests/lab/test_lab_two_clusters.py`
+clusters file), so only the lab's lock is needed: `flock /tmp/atomdeck-lab2.lock pytest tests/lab/test_lab_two_clusters.py`
 (the login host's link is taken down for a moment, under the lab's lock, and put back whatever happens)."""
 
 from __future__ import annotations
