@@ -16,9 +16,14 @@ A restart goes drain -> stop -> start -> ready -> re-register:
   watching session follows the new process: core/run/watchers/logs.py), then every KV pair it is in: both sides
   registered and the producer's handshake ports reachable from the consumer's node.
 - re-register: `POST /workers` (url, worker_type; the job's status read back until it is registered), then
-  completions through the router until one was served by this worker (its own `atom:requests_finished` moves).
+  completions through the router until one was served by this worker (a line of its own log says so: its access
+  line, its KV write-done; or its own `atom:requests_finished` moves, which ATOM refreshes only every 5 s).
 
 The router itself has no router to drain from: restarting it stops and starts it; clients see the gap.
+
+An action cut short (its session killed, Ctrl-C) stays recorded at its step; `resume` finishes it from where the
+process is, `rollback` undoes what can be undone: a restart or removal cut before its stop registers the worker
+again, an add cut short is stopped and taken out; past the stop there is nothing to put back, and it says so.
 """
 
 from __future__ import annotations

@@ -159,6 +159,7 @@ class MetricsWatcher:
         self.router_moved_at = 0.0
         self.requests: dict[str, int] = {}
         self.history: dict[str, dict[str, deque]] = {}
+        self.pids: dict[str, int | None] = {}  # endpoint -> the process its figures are of (a restart starts over)
         self.http = HttpClient()  # one connection per endpoint, closed when the watch ends
 
     async def watch(self) -> None:
@@ -229,6 +230,11 @@ class MetricsWatcher:
         except ValueError:
             return
         now = time.time()
+        pid = self.run.state.procs[name].pid
+        if self.pids.get(name, pid) != pid:  # a new process in its place: its counters start at 0, nothing flat yet
+            self.prev.pop(name, None)
+            self.history.pop(name, None)
+        self.pids[name] = pid
         prev = self.prev.get(name)
         if prev is None or any(vals.get(k) != prev[1].get(k) for k in ("generation_tokens", "requests_finished")):
             self.moved_at[name] = now
@@ -266,6 +272,8 @@ class MetricsWatcher:
         p = run.state.procs.get(name)
         if p is None or p.stage in TERMINAL or p.stage == "unresponsive":
             return
+        if p.action and p.stage != "stalled":  # drained out of the router or starting again: an action owns it
+            return  # (ATOM's gauges stand 5 s after its last requests ended: a drained worker looks busy and flat)
         latest = run.state.metrics.get(name, {})
         if latest.get("source") == "atom":
             busy = latest.get("requests_running", 0) + latest.get("requests_waiting", 0) > 0
