@@ -123,6 +123,8 @@ BENCH = [
     _b("s", "stop", "Stop", "bench.stop", tooltip="Stop the bench; the steps done are kept"),
     _b("x", "export", "Export", "bench.export", tooltip="Write the comparison as JSON, CSV and SVG into the run "
        "directory"),
+    _b("g", "basis", "Per GPU", "bench.basis", tooltip="Per GPU as srt-slurm (output / all GPUs) or InferenceX "
+       "(output / decode GPUs)"),
 ]
 
 TEARDOWN = [

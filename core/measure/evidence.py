@@ -42,6 +42,22 @@ SETTLE_S = 0.3  # after a step's last answer, for the engines' last lines of it 
 SICK = ("unresponsive", "stalled")
 
 
+def sick(state: Any, since: bool = False) -> list[HealthNote]:
+    """Who is unhealthy in a run's state right now: unresponsive or stalled processes, failed or exited ones, failed
+    KV pairs (`since`: each note's t is when it began, else 0 for "before")."""
+    out = []
+    for p in state.procs.values():
+        if p.stage in SICK:
+            out.append(HealthNote(p.name, p.stage, p.health_detail, p.since if since else 0.0))
+        elif p.stage == "failed" or p.alive is False:
+            out.append(HealthNote(p.name, "failed" if p.stage == "failed" else "exited", p.exit_detail,
+                                  p.since if since else 0.0))
+    for pr in state.pairs.values():
+        if pr.stage == "failed":
+            out.append(HealthNote(pr.key, "pair failed", pr.failed, pr.since if since else 0.0))
+    return out
+
+
 class HealthLog:
     """The run's health events as they come (core's listener on the run): what went wrong, and when."""
 
@@ -72,16 +88,7 @@ class HealthLog:
 
     def now_sick(self) -> list[HealthNote]:
         """The processes unhealthy right now (state), as notes from before the step."""
-        out = []
-        for p in self.run.state.procs.values():
-            if p.stage in SICK:
-                out.append(HealthNote(p.name, p.stage, p.health_detail, 0.0))
-            elif p.stage == "failed" or p.alive is False:
-                out.append(HealthNote(p.name, "failed" if p.stage == "failed" else "exited", p.exit_detail, 0.0))
-        for pr in self.run.state.pairs.values():
-            if pr.stage == "failed":
-                out.append(HealthNote(pr.key, "pair failed", pr.failed, 0.0))
-        return out
+        return sick(self.run.state)
 
     def between(self, start: float, end: float) -> list[HealthNote]:
         return [n for n in self.notes if start <= n.t <= end]
