@@ -268,7 +268,7 @@ class Search:
             raise
         finally:
             if self.job and self.job_owned:
-                words = await asyncio.shield(release_hold(self.spec.cluster, self.job, self.id, str(self.dir)))
+                words = await _whatever(release_hold(self.spec.cluster, self.job, self.id, str(self.dir)))
                 self._say(on_progress, self.progress.phase, "; ".join(words))
                 self.job, self.job_owned = None, False
             self.save()
@@ -292,10 +292,17 @@ class Search:
             self._fail(e, "cannot be planned: " + "; ".join(errs[:3]))
             return
         run = None
+        made: list[Any] = []
+
+        async def keep(r: Any) -> None:  # the run exists (its processes about to start): torn down whatever comes
+            made.append(r)
+            e.run = r.id
+            self.save()
+
         try:
             try:
-                run = await Run.launch(ws, a, job_id=self.job, progress=lambda w: self._say(on_progress, "launching",
-                                                                                            f"{lay.name}: {w}"))
+                run = await Run.launch(ws, a, job_id=self.job, on_run=keep,
+                                       progress=lambda w: self._say(on_progress, "launching", f"{lay.name}: {w}"))
             except Exception as err:  # an AtomdeckError for a refusal; anything else is recorded, not raised
                 self._fail(e, f"launch failed: {err}")
                 return
@@ -328,9 +335,10 @@ class Search:
             self._fail(e, str(err))
         finally:
             e.finished = time.time()
+            run = run or (made[0] if made else None)
             if run is not None:
                 self._say(on_progress, "tearing down", f"{lay.name}: tearing down run {run.id}")
-                await asyncio.shield(_teardown_run(run))
+                await _whatever(_teardown_run(run))
             if e.status in ("launching", "benching"):  # interrupted: its run is gone, the layout is still to do
                 e.status, e.run, e.results = "pending", "", []
             self.save()
@@ -366,6 +374,17 @@ async def _assess(spec: SearchSpec, lay: Layout) -> tuple[Any, Any]:
     except AtomdeckError as err:
         raise MeasureInputError(str(err)) from None
     return ws, ws.assess(spec.nodes)
+
+
+async def _whatever(work: Any) -> Any:
+    """Await `work` to its end even when the caller is cancelled meanwhile (a teardown, a release: an interrupted
+    search must not leave a layout running or the allocation held); the cancel is raised once it is done."""
+    task = asyncio.ensure_future(work)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        await task
+        raise
 
 
 async def _teardown_run(run: Any) -> None:
