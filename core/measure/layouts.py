@@ -201,7 +201,7 @@ class Search:
     @classmethod
     def open(cls, spec: SearchSpec, fresh: bool = False) -> Search:
         """The search of this spec: resumed from its file when there is one (unless `fresh`)."""
-        d = searches_dir() / f"{spec.recipe}-{spec.key()}"
+        d = searches_dir() / f"{Path(spec.recipe).stem}-{spec.key()}"
         entries = [Entry(lay.name) for lay in spec.layouts]
         path = d / "search.json"
         if path.is_file() and not fresh:

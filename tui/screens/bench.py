@@ -66,7 +66,7 @@ def health_text(state: RunState, running: bool, trouble: list[str]) -> Text:
     for n in sick(state, since=True):
         if out:
             out.append("\n")
-        out.append("⚠ ", style="bold red")
+        out.append("▲ ", style="bold red")
         out.append(f"{n.process} ", style="bold")
         out.append(n.what.upper(), style="bold red")
         if n.detail:

@@ -2,7 +2,7 @@
 run's curve over earlier ones of the same model and workload, the Pareto-optimal points marked.
 
 Per GPU follows the basis the view shows (core/measure/compare.py BASES: srt-slurm's all GPUs or InferenceX's
-decode GPUs) and the y axis says which. Invalid steps (core/measure/validity.py) are drawn as ✗ and never on the
+decode GPUs) and the y axis says which. Invalid steps (core/measure/validity.py) are drawn as x and never on the
 front. A curve may label its points (the layout search: "2P1D c=16"). Drawn by plotext through textual-plotext
 (the plotting library made for Textual); `chart_svg` renders the same chart to SVG with Rich for the export.
 """
@@ -26,7 +26,7 @@ CURRENT_COLOR = "orange+"
 EARLIER_COLORS = ("cyan", "green", "magenta", "blue", "yellow", "red", "gray")
 POINT_MARKER = "●"
 FRONT_MARKER = "◆"
-INVALID_MARKER = "✗"
+INVALID_MARKER = "x"  # (Fira Code, the screenshots' font, has no ✗)
 
 
 @dataclass(frozen=True)
@@ -83,7 +83,7 @@ def draw(plt: Plot, curves: Sequence[Curve], title: str = "", basis: str = DEFAU
             said_invalid = True
         for i, name in enumerate(c.names):
             x, y = c.points[i]
-            plt.text(f" {name}", x, y, color=color)
+            plt.text(f" {name}", x, y, color=color, background="default", alignment="left")
     every = [p for c in curves for i, p in enumerate(c.points) if c.is_valid(i)]
     front = sorted((every[i] for i in pareto_front(every)), key=lambda p: p[0])
     if front:
