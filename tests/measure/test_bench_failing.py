@@ -30,4 +30,5 @@ def test_a_bench_of_hanging_requests_is_never_silent_and_ends_its_step(runs):  #
     assert beat[0] < failed[0]  # said while nothing finished, before the first request gave up
     assert "step 1/1 concurrency    2: 0/3 ok, 3 FAILED" in lines[-1] or any(
         "step 1/1 concurrency    2: 0/3 ok, 3 FAILED" in x for x in lines), p.stderr
-    assert "NOT complete: concurrency 2: 3 failed" in p.stderr
+    assert "NOT complete: concurrency 2 INVALID: failures: 3 of 3 request(s) failed (3x timed out with no token)" \
+        in p.stderr
