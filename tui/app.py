@@ -491,7 +491,7 @@ class ConsoleApp(App[int]):
         if action in self._UNDERNEATH and self.overlay_open:
             return False
         if action == "view":
-            return bool(parameters) and parameters[0] in dict(self.views)
+            return bool(parameters) and (parameters[0] in dict(self.views) or parameters[0] == "sweep")
         if action == "launch":
             return not self.readonly and self.design_screen is not None
         return True

@@ -114,7 +114,8 @@ async def bench(target: Target, workload: Workload,
                 on_step: Callable[[int, StepResult], None] | None = None, checked: bool = False,
                 live: Live | None = None, request_timeout: float = REQUEST_TIMEOUT,
                 on_warmup_record: Callable[[RequestRecord], None] | None = None, sentinel: bool = True,
-                on_trouble: Callable[[HealthNote], None] | None = None, keep_going: bool = False) -> BenchReport:
+                on_trouble: Callable[[HealthNote], None] | None = None, keep_going: bool = False,
+                stalls: bool = True) -> BenchReport:
     """Check (unless the caller just did), sweep, save. The report's `path` says where it was written
     (also when a step failed; `save_problem` when not in the run directory). `live`, `on_warmup_record`:
     see `sweep`. Each step is judged by the validity gate (gate.py) from the run's evidence when the target
@@ -143,7 +144,7 @@ async def bench(target: Target, workload: Workload,
         if on_trouble is not None:
             on_trouble(note)
 
-    gate = (Gate(target.source, sentinel=sentinel, on_trouble=trouble, halt_on_trouble=not keep_going)
+    gate = (Gate(target.source, sentinel=sentinel, on_trouble=trouble, halt_on_trouble=not keep_going, stalls=stalls)
             if target.source is not None else None)
     try:
         await sweep(target.router, target.model, workload, target.gpus, on_record=on_record, on_step=step_done,

@@ -24,19 +24,24 @@ SENTINEL_EVERY_S = 0.5  # between two health checks of one endpoint while a benc
 
 
 class Sentinel:
-    """Every endpoint's health asked every SENTINEL_EVERY_S while it runs (cancel it to stop)."""
+    """Every endpoint's health asked every SENTINEL_EVERY_S while it runs (cancel it to stop); with `stalls`, also
+    the watcher's metrics scrapes and their stall check (requests in flight, no output for 8 s: `stalled`), for a
+    bench of a run nobody else watches (the CLI's, a layout search's; the console's watcher process does it)."""
 
-    def __init__(self, run: Any):
+    def __init__(self, run: Any, stalls: bool = True):
         from ..run.watchers.health import ServingHealth  # the run engine: loaded when a bench of a run starts
+        from ..run.watchers.metrics import MetricsWatcher
 
         self.run = run
         self.health = ServingHealth(run, run.watchers)
+        self.metrics = MetricsWatcher(run, run.watchers) if stalls else None
 
     async def watch(self) -> None:
         try:
             eps = self.health.endpoints()
+            extra = [self.metrics.watch()] if self.metrics is not None else []
             await asyncio.gather(*(self._follow(ep, SENTINEL_EVERY_S * i / max(1, len(eps)))
-                                   for i, ep in enumerate(eps)))
+                                   for i, ep in enumerate(eps)), *extra)
         finally:
             await self.health.http.aclose()
 
@@ -61,7 +66,7 @@ class Gate:
     what went wrong in the step under way so far (health), for whoever shows it live."""
 
     def __init__(self, run: Any, sentinel: bool = True, on_trouble: Callable[[HealthNote], None] | None = None,
-                 halt_on_trouble: bool = True):
+                 halt_on_trouble: bool = True, stalls: bool = True):
         self.run = run
         self.on_trouble = on_trouble
         self.halt_on_trouble = halt_on_trouble
@@ -73,7 +78,7 @@ class Gate:
         self.before: list[HealthNote] = []
         self.trouble: list[HealthNote] = []
         self.in_step = False
-        self._sentinel = asyncio.ensure_future(Sentinel(run).watch()) if sentinel else None
+        self._sentinel = asyncio.ensure_future(Sentinel(run, stalls).watch()) if sentinel else None
         self._unread: dict[str, str] = {}
 
     def _heard(self, note: HealthNote) -> None:

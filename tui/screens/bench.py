@@ -268,7 +268,8 @@ class BenchScreen(ViewScreen):
 
         self.live_step = Live()
         try:
-            report = await bench(target, w, on_record=on_record, on_step=on_step, live=self.live_step)
+            # the console's watcher process scrapes for stalls already: the bench's sentinel asks health only
+            report = await bench(target, w, on_record=on_record, on_step=on_step, live=self.live_step, stalls=False)
         except MeasureInputError as e:
             self._say(str(e), error=True)
         except Exception as e:  # a failed bench must never take the console down
