@@ -47,8 +47,8 @@ def emit(line: str, stream: TextIO | None = None) -> None:
         try:
             stream.write(text)
             stream.flush()
-        except (BrokenPipeError, ValueError):
-            pass
+        except (OSError, ValueError):  # a full disk, a closed pipe: the line is lost, the program goes on, as
+            pass  # Python's logging.Handler.handleError does for ATOM's logger ("atom"), which the real ATOM uses
 
 
 def emit_many(lines: list[str], stream: TextIO | None = None) -> None:

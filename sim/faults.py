@@ -57,6 +57,7 @@ class Faults:
     crash_at: str | None = None
     crash_code: int = 1
     crash_after: float | None = None
+    crash_after_served: float | None = None  # ATOMSIM_CRASH_AFTER_SERVED: as crash_after, from the first request
     never_bind: bool = False
     kv_role: str | None = None
     handshake: str | None = None
@@ -102,6 +103,7 @@ class Faults:
             crash_at=crash_at,
             crash_code=1 if code is None else code,
             crash_after=_float(env.get("ATOMSIM_CRASH_AFTER")),
+            crash_after_served=_float(env.get("ATOMSIM_CRASH_AFTER_SERVED")),
             never_bind=env.get("ATOMSIM_NEVER_BIND", "").strip().lower() in ("1", "true", "yes", "on"),
             kv_role=env.get("ATOMSIM_KV_ROLE", "").strip() or None,
             handshake=handshake,

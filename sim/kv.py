@@ -171,12 +171,24 @@ class MooncakeConnector:
                         reuse_address=True)
                     self._servers.append(server)
                 log(f"Mooncake write listener bound to tcp://*:{port}")
+            later = os.environ.get("ATOMSIM_HANDSHAKE_CLOSE_AFTER", "").strip()
+            if later:  # a KV path that breaks after serving (a drill; no line is logged, as in `refuse`)
+                task = asyncio.get_running_loop().create_task(self._close_listeners_after(float(later)))
+                self._background.add(task)
+                task.add_done_callback(self._background.discard)
         else:
             server = await asyncio.start_server(self._serve_notifications, self.listen_host, 0,
                                                 reuse_address=True)
             self._servers.append(server)
             self.notification_port = server.sockets[0].getsockname()[1]
             log(f"Mooncake notification listener bound to tcp://*:{self.notification_port}")
+
+    async def _close_listeners_after(self, seconds: float) -> None:
+        """``ATOMSIM_HANDSHAKE_CLOSE_AFTER``: the write listeners close this many real seconds after they opened;
+        from then on a decode's write_request goes nowhere (a DEALER send only queues) and its request waits."""
+        await asyncio.sleep(max(0.0, seconds))
+        for server in self._servers:
+            server.close()
 
     async def close(self) -> None:
         for server in self._servers:

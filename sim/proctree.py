@@ -148,11 +148,23 @@ def fork_process(target: Callable[..., None], *args) -> int:
 _spawner: list[queue.Queue] = []
 
 
+# signals a process's Python handlers wait for: a thread of ours blocks them, so the kernel hands them to the main
+# thread (a signal taken by a thread blocked in a queue would leave the main thread's blocking read uninterrupted,
+# and the handler would not run until that read returned)
+HANDLED = {signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGCHLD}
+
+
+def quiet_thread() -> None:
+    signal.pthread_sigmask(signal.SIG_BLOCK, HANDLED)
+
+
 def spawn_main(requests: queue.Queue) -> None:
+    quiet_thread()
     while True:
         target, args, reply = requests.get()
         pid = os.fork()
         if pid == 0:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, HANDLED)  # the child's main thread takes its signals
             threading.current_thread().name = "MainThread"  # the forking thread is the child's main thread
             _spawner.clear()
             try:
@@ -193,7 +205,22 @@ def AsyncIOProc(rank: Rank, rev: str, parent: int, leave_group: bool, calls: int
     if leave_group:  # ATOMSIM_RANK_SETSID: a rank that left its process group (and session)
         os.setsid()
     _set_title(rank.title, rev)
+    hold_gpu_memory(rank)
     busy_loop(calls, rank)
+
+
+# ---- the rank's GPU memory (gpus.py) ------------------------------------------------------------------------
+
+GPU_MEMORY = {"utilization": 0.9}  # --gpu-memory-utilization, set by the server before it forks (worker.py)
+
+
+def hold_gpu_memory(rank: Rank) -> None:
+    """The rank holds its share of its GPU for as long as it lives (the amd-smi stand-in reads it): ATOM's
+    model_runner.py puts rank r of EngineCore d on device ``d * tp + r`` and sizes its KV cache to
+    ``total * gpu_memory_utilization``."""
+    from . import gpus
+
+    gpus.hold_rank_memory(rank.dp_rank * rank.tp + rank.tp_rank, GPU_MEMORY["utilization"])
 
 
 def busy_loop(calls: int, rank: Rank) -> None:
@@ -365,6 +392,7 @@ def monitor_procs(ranks: dict[int, Rank], stopping: threading.Event, shut_down: 
                   manager: str) -> None:
     """async_proc.py AsyncIOProcManager.monitor_procs: a thread waits for the first rank to die."""
     def monitor_engine_cores() -> None:
+        quiet_thread()
         watched = dict(ranks)
         while True:
             try:

@@ -15,7 +15,7 @@ import signal
 import sys
 import time
 
-from . import atomlog, simenv
+from . import atomlog, proctree, simenv
 from .engine_tree import EngineTree
 from .faults import WORKER_STAGES, Faults, freeze_later, python_crash
 from .httpd import HttpServer, Request, reason
@@ -45,6 +45,7 @@ class Worker:
             self.tp, self.dp = 1, args.tensor_parallel_size * args.data_parallel_size
         self.connector: MooncakeConnector | None = None
         self.tree = EngineTree(self.tp, self.dp, simenv.atom_rev(), self.faults.rank_setsid)
+        proctree.GPU_MEMORY["utilization"] = args.gpu_memory_utilization  # what each rank holds (gpus.py)
         self.http: HttpServer | None = None
         self.serving = False
         self.first_request_seen = False
@@ -216,8 +217,9 @@ class Worker:
         try:
             await self.http.start(host, port)
         except OSError as e:
-            atomlog.uvicorn(f"[Errno {e.errno}] error while attempting to bind on address "
-                            f"('{host}', {port}): {(e.strerror or str(e)).lower()}", "ERROR")
+            # uvicorn server.py startup: `logger.error(exc)`; asyncio's create_server words the OSError itself
+            # ("[Errno 98] error while attempting to bind on address ('0.0.0.0', 8010): address already in use")
+            atomlog.uvicorn(str(e), "ERROR")
             atomlog.uvicorn("Application shutdown complete.")
             atomlog.hard_exit(1)
         stamp = os.environ.get("ATOMSIM_BIND_STAMP")
@@ -248,6 +250,9 @@ class Worker:
         if not self.first_request_seen:
             self.first_request_seen = True
             self.maybe_crash("serving")
+            if self.faults.crash_after_served is not None:  # the kill measured from the first request, not the start
+                self._tasks.append(asyncio.get_running_loop().create_task(
+                    self.crash_later(self.faults.crash_after_served)))
 
     async def crash_later(self, seconds: float) -> None:
         """``ATOMSIM_CRASH_AFTER``: one rank process is SIGKILLed (an OOM kill, a GPU fault); its EngineCore's

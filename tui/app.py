@@ -606,9 +606,27 @@ class ConsoleApp(App[int]):
                 for d in load_drills():
                     yield SystemCommand(f"Drill: {d.name}", f"{d.what} (launches with this fault; asks first)",
                                         partial(self.start_drill, d))
+        if self.live is not None:
+            from .screens.snapshot import open_snapshot
+
+            yield SystemCommand("Snapshot: where every rank is", f"stacks, kernel state and connections of every "
+                                f"rank of run {self.live.id}, the odd ones first", partial(open_snapshot, self))
         if not self.readonly and self.live is not None:
             yield SystemCommand("Tear down the run…", f"stop every process of run {self.live.id} (asks first)",
                                 self.runs.request_teardown)
+            for name, p in self.live.state.procs.items():
+                if p.removed:
+                    continue
+                yield SystemCommand(f"Restart {name}…", f"drain, stop, start, ready, re-register {name} (asks first)",
+                                    partial(self.runs.request_action, "restart", name))
+                if p.role in ("prefill", "decode"):
+                    yield SystemCommand(f"Remove {name}…", f"drain {name}, stop it, take it out of the run (asks "
+                                        f"first)", partial(self.runs.request_action, "remove", name))
+            yield SystemCommand("Add a decode…", "a decode worker on a free node or per_node slot (asks first)",
+                                partial(self.runs.request_action, "add", None, "decode"))
+            yield SystemCommand("Add a prefill (restarts the router)…", "AToMesh learns a prefill only at its start: "
+                                "the router restarts with it (asks first)",
+                                partial(self.runs.request_action, "add", None, "prefill"))
 
     @property
     def css_current(self) -> bool:

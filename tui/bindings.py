@@ -21,6 +21,7 @@ def _b(key: str, action: str, description: str, id: str, show: bool = True, prio
 
 # Footer groups: related keys share one title (Textual draws a group compactly).
 FIND = Binding.Group("Find", compact=True)
+ACT = Binding.Group("Restart/Remove/Add", compact=True)  # actions on the live run (issue 38): asks first
 ASSIGN = Binding.Group("Assign", compact=True)
 PANELS = Binding.Group("Panels", compact=True)
 
@@ -96,6 +97,14 @@ RUN = [
     _b("w", "panel('why-box')", "Why", "run.panel.why", group=PANELS, tooltip="Bring the diagnosis into view"),
     _b("p", "panel('procs-box')", "Processes", "run.panel.procs", group=PANELS, tooltip="Back to the processes"),
     _b("l", "open_log", "Logs", "run.logs", tooltip="Open the selected process's (or node's) log"),
+    _b("S", "snapshot", "Snapshot", "run.snapshot",
+       tooltip="Where every rank of every process is: stacks, kernel state, connections (hang forensics)"),
+    _b("R", "act('restart')", "Restart", "run.restart", group=ACT,
+       tooltip="Restart the selected process in place: drain, stop, start, ready, re-register (asks first)"),
+    _b("X", "act('remove')", "Remove", "run.remove", group=ACT,
+       tooltip="Drain the selected worker, stop it and take it out of the run (asks first)"),
+    _b("A", "add('decode')", "Add decode", "run.add", group=ACT,
+       tooltip="Add a decode worker on a free node or slot (asks first)"),
     _b("D,ctrl+d", "teardown", "Tear down", "teardown", key_display="D",
        tooltip="Stop every process of the run and verify (asks first)"),
 ]
@@ -109,6 +118,14 @@ LOGS = [
     _b("w", "wrap", "Wrap", "log.wrap", tooltip="Wrap long lines"),
     _b("s", "save", "Save", "log.save", tooltip="Save this log to a file"),
     _b("escape", "close", "Back", "log.close", key_display="esc"),
+]
+
+# The snapshot view (hang forensics), over the run view: enter on a group shows each rank's stack.
+SNAPSHOT = [
+    _b("c", "compare", "Compare", "snapshot.compare",
+       tooltip="Take another snapshot and mark each group stuck, moved or idle"),
+    _b("r", "retake", "New snapshot", "snapshot.retake", tooltip="Take a fresh snapshot"),
+    _b("escape", "close", "Back", "snapshot.close", key_display="esc"),
 ]
 
 RUNS = [

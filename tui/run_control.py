@@ -18,6 +18,7 @@ from rich.text import Text
 from textual.screen import ModalScreen
 
 from ..core.design.lint import Assessment
+from .action_control import ActionController
 from .messages import RunUpdated
 from .screens.base import can_draw
 
@@ -49,6 +50,11 @@ class RunController:
         self._watch_worker: Worker | None = None
         self._watcher: WatchProcess | None = None
         self._pulsed: tuple = ()
+        self.actions = ActionController(app, lambda: self.live)
+
+    def request_action(self, kind: str, target: str | None = None, role: str | None = None) -> None:
+        """Restart or remove a process, or add a worker, on the attached run (asks first: action_control.py)."""
+        self.actions.request(kind, target, role)
 
     def show_run_view(self) -> Awaitable[None]:
         """Switch to the run view, dropping screens left on it for another run (a log view of the

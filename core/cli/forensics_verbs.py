@@ -8,10 +8,12 @@ import argparse
 import asyncio
 import json
 import sys
+from typing import TYPE_CHECKING
 
-from ..run.run import Run
-from ..run.snapshot import Snapshot, compare, fold, fold_keys
 from .output import fail
+
+if TYPE_CHECKING:  # (main.build_parser imports this module for every verb, the console too: nothing heavy here)
+    from ..run.snapshot import Snapshot
 
 
 def add_parser(sub) -> None:
@@ -32,6 +34,8 @@ def add_parser(sub) -> None:
 def cmd_snapshot(args: argparse.Namespace) -> int:
     from ..config.errors import AtomdeckError
     from ..run.forensics import bundle, install_pyspy, take
+    from ..run.run import Run
+    from ..run.snapshot import compare
 
     run = Run.open(args.run)
     if args.twice is not None and args.twice <= 0:
@@ -71,6 +75,8 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
 
 
 def snapshot_text(s: Snapshot, moved: dict[str, list[str]] | None = None, twice: float | None = None) -> str:
+    from ..run.snapshot import fold, fold_keys
+
     ranks = sum(len(p.stacked()) for p in s.procs)
     lines = [f"snapshot of run {s.run}: {len(s.procs)} processes, {ranks} python processes and ranks, "
              f"{len(s.nodes)} node(s), {s.took_s:.2f} s"]

@@ -10,10 +10,13 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..config.errors import AtomdeckError, ConfigError, ConfigIssue
-from ..config.srtslurm_read import Note
 from .output import print_json
+
+if TYPE_CHECKING:  # (main.build_parser imports this module for every verb, the console too: nothing heavy here)
+    from ..config.srtslurm_read import Note
 
 FORMATS = ("srt-slurm",)
 

@@ -104,6 +104,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .forensics_verbs import add_parser as add_snapshot
 
     add_snapshot(sub)
+    from .action_verbs import add_parsers as add_actions
+
+    add_actions(sub)
 
     from .interop_verbs import add_parser as add_interop
 
@@ -131,7 +134,13 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     as_json = "--json" in argv
     try:
-        args = build_parser().parse_args(argv)
+        ap = build_parser()
+        args, extra = ap.parse_known_args(argv)
+        if extra:  # `snapshot RUN --json decode-0`: a verb's trailing list may follow its options, as an operator types
+            if isinstance(getattr(args, "process", None), list) and not any(x.startswith("-") for x in extra):
+                args.process += extra
+            else:
+                ap.error(f"unrecognized arguments: {' '.join(extra)}")
     except UsageError as e:
         if not as_json:
             e.parser.print_usage(sys.stderr)
@@ -149,6 +158,8 @@ def main(argv: list[str] | None = None) -> int:
             from . import drill_verbs as verbs  # type: ignore[no-redef]
         elif args.cmd == "snapshot":
             from . import forensics_verbs as verbs  # type: ignore[no-redef]
+        elif args.cmd in ("restart", "remove", "add"):
+            from . import action_verbs as verbs  # type: ignore[no-redef]
         elif args.cmd in ("import", "export"):
             from . import interop_verbs as verbs  # type: ignore[no-redef]
         else:

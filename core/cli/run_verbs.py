@@ -12,13 +12,15 @@ import time
 from collections.abc import Coroutine
 from typing import Any
 
-from ..run.diagnose import diagnose
-from ..run.events import LIVE, Event, RunState, jsonable
+from ..run.diagnose import diagnose, parked_words
+from ..run.events import Event, RunState
 from ..run.run import Run
 from ..run.rundir import RunDir
 from .output import fail, storage_notices, unsaved_notice
+from .status_text import status_json, status_text
 
 _QUIET_KINDS = {"cell"}
+PARKED_SHOW_S = 10.0  # `atomdeck watch`: a decode's parked requests are shown again this often while any waits
 
 
 def _progress(t0: float):
@@ -139,97 +141,24 @@ async def _up(ws, a, args) -> int:
     return 1
 
 
-def status_json(run: Run, state: RunState) -> dict:
-    d = diagnose(state)
-    return {"run": run.id, "meta": run.rd.meta(), "status": state.status, "readiness": state.readiness(),
-            "diagnosis": state.diagnosis if state.status in ("failed", *LIVE) else d.headline,
-            "details": d.details, "processes": jsonable(state.procs), "barrier": jsonable(state.cells),
-            "handshake": jsonable(state.pairs), "checks": jsonable(state.checks), "metrics": jsonable(state.metrics),
-            "storage": {"problems": dict(state.storage), "waiting": run.rd.waiting_words(),
-                        "unsaved": run.unsaved_words}}
-
-
-def status_text(run: Run, state: RunState) -> str:
-    now = time.time()
-    d = diagnose(state)
-    meta = run.rd.meta()
-    lines = [f"run {run.id}  recipe {meta.get('recipe')}  cluster {meta.get('cluster')} ({meta.get('launcher')})"
-             + (f"  job {meta['job_id']}" if meta.get("job_id") else ""),
-             f"status {state.status}: {state.readiness()}",
-             f"  {state.diagnosis if state.status in ('failed', *LIVE) else d.headline}", "processes:"]
-    for p in state.procs.values():
-        alive = {True: "alive", False: "dead", None: "?"}[p.alive]
-        since = f"{now - p.since:.0f}s" if p.since else ""
-        extra = f" exit {p.exit_code}" if p.exit_code is not None else ""
-        lines.append(f"  {p.name:12} {p.node:16} {p.stage:14} {since:>6} {alive}{extra}")
-        if p.health_detail:
-            lines.append(f"    {p.health_detail}")
-    lines.append("barrier:")
-    for c in state.cells.values():
-        mark = {"open": "OK", "closed": "CLOSED"}.get(c.state, "--")
-        lines.append(f"  {mark:6} {c.node}:{c.port:<6} {c.kind:9} {c.owner or ''}")
-    if state.pairs:
-        lines.append("handshake:")
-        for pr in state.pairs.values():
-            lines.append(f"  {pr.key:24} {pr.stage}" + (f": {pr.failed}" if pr.failed else ""))
-    if state.metrics:
-        lines.append("metrics:")
-        for name, m in state.metrics.items():
-            lines.append(f"  {name:12} {metrics_words(m)}")
-    if state.checks:
-        lines.append("router checks:")
-        for check in state.checks.values():
-            ok = "ok" if check.ok else "FAIL" if check.ok is False else ".."
-            lines.append(f"  {check.name:18} {ok}  {check.detail[:100]}")
-    lines += storage_lines(run, state)
-    return "\n".join(lines)
-
-
-def storage_lines(run: Run, state: RunState) -> list[str]:
-    """Where nothing can be written (the run directory, a node's log directory), in full: said plainly, at the
-    end of the report, with what waits and where this session left it."""
-    if not state.storage and not run.unsaved_words:
-        return []
-    out = ["storage:"]
-    out += [f"  {words}" for words in state.storage.values()]
-    waiting = run.rd.waiting_words()
-    if run.unsaved_words:  # this session has ended its writes: where they are now
-        out.append(f"  {run.unsaved_words}")
-    elif waiting:
-        out.append(f"  waiting to be written: {waiting}")
-    return out
-
-
-def metrics_words(m: dict) -> str:
-    """One endpoint's latest metrics in a line."""
-    parts = []
-    if m.get("source") == "atom":
-        parts.append(f"{m.get('requests_running', 0):.0f} running, {m.get('requests_waiting', 0):.0f} waiting")
-        if "gen_tok_s" in m:
-            parts.append(f"{m['gen_tok_s']:.1f} gen tok/s, {m.get('prompt_tok_s', 0):.1f} prompt tok/s")
-        if "kv_cache_usage_ratio" in m:
-            parts.append(f"KV cache {100 * m['kv_cache_usage_ratio']:.0f}%")
-    elif m.get("source") == "mesh":
-        parts.append(f"{m.get('router_requests', 0):.0f} requests, {m.get('router_errors', 0):.0f} errors")
-        if "req_s" in m:
-            parts.append(f"{m['req_s']:.2f} req/s, {m.get('errors_s', 0):.2f} errors/s")
-        if m.get("errors_by_type"):
-            parts.append(", ".join(f"{k} {v:.0f}" for k, v in sorted(m["errors_by_type"].items())))
-    else:
-        parts.append(f"no /metrics (older ATOM); router: {m.get('active', 0):.0f} active")
-    return "; ".join(parts)
-
-
 def cmd_watch(args: argparse.Namespace) -> int:
     """Follow a run's events until Ctrl-C (or until the run is torn down): one line each, or one
     JSON event per line with --json."""
     run = Run.open(args.run)
     t0 = time.time()
 
+    parked: dict[str, tuple[float, float]] = {}  # decode -> (count, when) last shown
+
     def show(e: Event) -> None:
         if args.json:
             print(e.to_json(), flush=True)
             return
+        if e.kind == "metrics" and "parked" in e.data:  # a decode's parked requests: at a change, and every
+            n, (was, at) = e.data.get("parked") or 0, parked.get(e.name, (0, 0.0))  # PARKED_SHOW_S while any
+            if n == was and (not n or e.t - at < PARKED_SHOW_S):
+                return
+            parked[e.name] = (n, e.t)
+            e = Event("kv.parked", e.name, str(n), parked_words(e.data) or "no request parked for KV", t=e.t)
         if e.kind == "metrics" or (e.kind == "cell" and e.value != "open"):
             return
         print(f"[{time.strftime('%H:%M:%S', time.localtime(e.t))}] {e.kind:11} {e.name or '':22} {e.value:13} "

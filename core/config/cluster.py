@@ -116,11 +116,114 @@ class NodeIp(_Strict):
         return v
 
 
+RUNTIMES = ("none", "docker", "podman", "pyxis", "apptainer")
+
+
+def mount_problem(m: str) -> str:
+    """Why a mount SRC:DST[:FLAGS] cannot be passed to every runtime ('' if it can): pyxis separates mounts with
+    ',' (flags are joined with '+'), and its source must be an absolute or relative path (args.c add_mount)."""
+    src, sep, rest = m.partition(":")
+    dst = rest.split(":", 1)[0] if sep else src
+    if not src or not dst or "," in m or not dst.startswith("/") or not src.startswith(("/", ".")):
+        return (f"mount {m!r}: write SRC:DST[:FLAGS] with absolute paths and no comma, flags joined by '+' "
+                "(e.g. /data/models:/models:ro)")
+    return ""
+
+
+def _mount_check(v: list[str]) -> list[str]:
+    for m in v:
+        if mount_problem(m):
+            raise ValueError(mount_problem(m))
+    return v
+
+
+class PyxisSpec(_Strict):
+    """pyxis (NVIDIA's SPANK plugin: srun runs the step in an enroot container) as the operator sets it.
+    Each key becomes the srun option of pyxis's args.c named beside it (docs: README, "Containers")."""
+
+    name: str | None = Field("atomdeck_{run}_{node}",
+                             description="--container-name, a template of {run} {job} {node} {user}: the run's "
+                                         "container on each node, removed and verified gone at teardown; null: "
+                                         "unnamed (pyxis removes it when the step ends)")
+    writable: bool | None = Field(None, description="true: --container-writable, false: --container-readonly, "
+                                                    "null: the site's default (enroot's: read-only)")
+    mount_home: bool = Field(False, description="false: --no-container-mount-home (as srt-slurm passes)")
+    remap_root: bool | None = Field(None, description="true: --container-remap-root, false: "
+                                                      "--no-container-remap-root, null: the site's default")
+    entrypoint: bool = Field(False, description="false: --no-container-entrypoint (as srt-slurm passes)")
+    env: list[str] = Field(default_factory=list,
+                           description="--container-env: names of host variables that override the image's")
+    enroot: str = Field("enroot", min_length=1, description="the enroot command on the nodes (teardown lists and "
+                                                            "removes the run's containers with it)")
+    runtime_path: str = Field("/run/pyxis", description="pyxis's runtime_path (plugstack.conf): imported images "
+                                                        "are kept there while a step runs")
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, v: list[str]) -> list[str]:
+        for name in v:
+            if not name.isidentifier():
+                raise ValueError(f"container.pyxis.env: {name!r} is not a variable name")
+        return v
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        import string
+
+        try:
+            fields = {f for _, f, _, _ in string.Formatter().parse(v) if f is not None}
+        except ValueError as e:
+            raise ValueError(f"container.pyxis.name {v!r}: {e}") from None
+        unknown = fields - {"run", "job", "node", "user"}
+        if unknown:
+            raise ValueError(f"container.pyxis.name {v!r}: unknown field(s) {', '.join(sorted(unknown))}; "
+                             "use {run} {job} {node} {user}")
+        if not fields & {"run", "job"}:
+            raise ValueError(f"container.pyxis.name {v!r} names no run: a later run would reuse this run's "
+                             "container (pyxis skips the import); put {run} or {job} in it")
+        return v
+
+
 class ContainerSpec(_Strict):
-    runtime: Literal["none", "docker"] = "none"
-    shm_size: str = "128G"
+    """How the engine and the router run in containers: the runtime, the cluster's default mounts, the image
+    aliases (recipe `image:` may name one, as srt-slurm's `containers:` aliases)."""
+
+    runtime: Literal["none", "docker", "podman", "pyxis", "apptainer"] = "none"
+    images: dict[str, str] = Field(default_factory=dict,
+                                   description="alias -> image path or URI (a recipe's image: may be an alias)")
+    mounts: list[str] = Field(default_factory=list,
+                              description="default mounts SRC:DST[:FLAGS] on every process, before the recipe's "
+                                          "container_mounts (pyxis --container-mounts, docker/podman -v, "
+                                          "apptainer --bind)")
+    workdir: str | None = Field(None, description="working directory inside the container")
+    devices: list[str] = Field(default_factory=lambda: ["/dev/dri", "/dev/kfd"],
+                               description="docker/podman --device: the GPUs (and /dev/infiniband for an RDMA KV "
+                                           "transfer); apptainer's --rocm and enroot's hooks find them themselves")
+    shm_size: str = Field("128G", description="docker --shm-size (podman refuses it with --ipc host: not given)")
     mount_path: str = "/models"
     extra_args: list[str] = Field(default_factory=list)
+    pull_timeout_s: float = Field(1800, gt=0, description="pre-flight's image check may pull the image: "
+                                                          "how long it may take")
+    pyxis: PyxisSpec = Field(default_factory=PyxisSpec)
+
+    @field_validator("mounts")
+    @classmethod
+    def _mounts(cls, v: list[str]) -> list[str]:
+        return _mount_check(v)
+
+    @field_validator("workdir")
+    @classmethod
+    def _workdir(cls, v: str | None) -> str | None:
+        if v is not None and not v.startswith("/"):
+            raise ValueError(f"container.workdir {v!r} must be an absolute path inside the container")
+        return v
+
+    def resolve_image(self, image: str | None) -> str | None:
+        """The recipe's image, an alias of `images` replaced by what it names."""
+        return self.images.get(image, image) if image else image
 
 
 class StaticNode(_Strict):

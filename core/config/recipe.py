@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
 
 from .errors import ConfigError, ConfigIssue
 from .yamlio import YamlDoc, parse_yaml, read_yaml, validate
@@ -96,6 +96,23 @@ class _EnvArgs(_Strict):
         return _args_check(v)
 
 
+class RestartPolicy(_Strict):
+    """What to do when a worker of the role dies (or stops answering), as srt-slurm's roles.<role>.restart (its
+    PR #451): relaunch it in place (same node, GPUs, ports) at most `max_restarts` times over the run, waiting
+    `backoff_seconds` first, doubled per relaunch up to `max_backoff_seconds`. `unresponsive_seconds` (atomdeck's):
+    also relaunch a worker that stays unresponsive that long. After the last relaunch it stops and says why."""
+
+    policy: Literal["never", "on-failure", "always"] = "on-failure"
+    max_restarts: int = Field(3, ge=0, validation_alias=AliasChoices("max_restarts", "max"))
+    backoff_seconds: float = Field(10.0, ge=0, validation_alias=AliasChoices("backoff_seconds", "backoff_s"))
+    max_backoff_seconds: float = Field(300.0, ge=0)
+    unresponsive_seconds: float | None = Field(None, gt=0, description="relaunch a worker unresponsive this long")
+
+    def backoff(self, attempt: int) -> float:
+        """The wait before relaunch number `attempt` (1-based): doubled each time, capped."""
+        return min(self.max_backoff_seconds, self.backoff_seconds * 2 ** max(0, attempt - 1))
+
+
 class RoleSpec(_EnvArgs):
     """One role's workers (prefill, decode, or aggregate workers)."""
 
@@ -107,7 +124,15 @@ class RoleSpec(_EnvArgs):
     mtp: int | None = Field(None, ge=1, description="speculative tokens for --method mtp; unset = off")
     args: dict[str, ArgValue] = Field(default_factory=dict)
     env: dict[str, Any] = Field(default_factory=dict)
+    restart: RestartPolicy | None = Field(None, description="relaunch a worker that dies: never (default), "
+                                          "on-failure, always, or a mapping with max_restarts, backoff_seconds, ...")
+    critical: bool = Field(True, description="false: a worker of this role that dies (and is not relaunched) "
+                                             "makes the run degraded, not failed")
 
+    @field_validator("restart", mode="before")
+    @classmethod
+    def _restart(cls, v: Any) -> Any:
+        return {"policy": v} if isinstance(v, str) else v
 
     def nodes_needed(self) -> int:
         return -(-self.workers // self.per_node) if self.workers else 0

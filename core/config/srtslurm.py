@@ -28,7 +28,7 @@ from .srtslurm_keys import (
     TOP_LEVEL,
 )
 from .srtslurm_read import Imported, _int, _Reader
-from .srtslurm_roles import _env, _layout, _role_args, _role_env, _roles_v1, _roles_v2
+from .srtslurm_roles import _env, _layout, _restart, _role_args, _role_env, _roles_v1, _roles_v2
 from .yamlio import YamlDoc, parse_yaml, read_yaml
 
 # -- model, container, mounts -------------------------------------------------------------------------
@@ -404,6 +404,12 @@ def import_doc(doc: YamlDoc, replace_frontend: str | None = None) -> Imported:
                     out["model"]["served_name"] = served
             if env:
                 out[key]["env"] = env
+            if item.critical[1] and item.critical[0] is False:
+                out[key]["critical"] = False
+            if item.restart[1] and item.restart[0] not in (None, "never"):
+                restart = _restart(r, item.restart)
+                if restart is not None:
+                    out[key]["restart"] = restart
     _frontend(r, out, replace_frontend)
     _mounts(r, out)
     _health(r, out)

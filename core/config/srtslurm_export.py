@@ -231,6 +231,10 @@ def _roles(recipe: Recipe, catalog: Catalog | None, notes: list[Note]) -> tuple[
         role_env = {k: v for k, v in env.items() if k not in glob}
         if role_env:
             body["env"] = role_env
+        if not spec.critical:
+            body["critical"] = False
+        if spec.restart is not None and spec.restart.policy != "never":
+            body["restart"] = spec.restart.model_dump(exclude_defaults=True) or spec.restart.policy
         roles[key] = body
     return roles, glob, router_env
 

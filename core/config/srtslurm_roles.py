@@ -33,6 +33,8 @@ class _Role:
     gpus: tuple[Any, tuple] = (None, ())
     args: tuple[Any, tuple] = (None, ())
     env: tuple[Any, tuple] = (None, ())
+    restart: tuple[Any, tuple] = (None, ())
+    critical: tuple[Any, tuple] = (None, ())
 
     def present(self) -> bool:
         return any(v[1] for v in (self.nodes, self.workers, self.gpus, self.args, self.env))
@@ -74,9 +76,7 @@ def _roles_v2(r: _Reader) -> dict[str, _Role]:
                 setattr(item, attr, (spec[attr], (*path, attr)))
         for key, why in (("extra_args", "srt-slurm's ATOM backend never reads extra_args (the worker would start "
                                         "without them); write them as flags under args"),
-                         ("engine", "a per-role engine is not something atomdeck runs; one engine serves all roles"),
-                         ("restart", "atomdeck has no restart policy yet (issue 38 adds roles' restart:); "
-                                     "remove it, and restart a worker by hand if it dies")):
+                         ("engine", "a per-role engine is not something atomdeck runs; one engine serves all roles")):
             if key in spec:
                 r.take(*path, key)
                 r.error((*path, key), why)
@@ -85,14 +85,15 @@ def _roles_v2(r: _Reader) -> dict[str, _Role]:
             if spec["kv_events"]:
                 r.warn((*path, "kv_events"), "not carried: KV events feed a KV-aware router (Infera, Dynamo); "
                                              "AToMesh reads none")
-        if "critical" in spec:
+        if "critical" in spec:  # srt-slurm PR #450: atomdeck's roles.<role>.critical, the same meaning
             r.take(*path, "critical")
-            if spec["critical"] is False:
-                r.error((*path, "critical"), "atomdeck cannot keep a run serving when a worker of a role dies yet "
-                                             "(issue 38 adds critical: per role); remove it: every worker is "
-                                             "critical, as critical: true says")
-            elif spec["critical"] is not True:
+            if isinstance(spec["critical"], bool):
+                item.critical = (spec["critical"], (*path, "critical"))
+            else:
                 r.error((*path, "critical"), f"must be true or false, got {spec['critical']!r}")
+        if "restart" in spec:  # srt-slurm PR #451: never | on-failure | always, or the mapping; the same keys
+            r.take(*path, "restart")
+            item.restart = (spec["restart"], (*path, "restart"))
         roles[role] = item
     return roles
 
@@ -221,5 +222,24 @@ def _checked(r: _Reader, value: tuple[Any, tuple], what: str, minimum: int) -> i
     r.take(*path)
     if isinstance(raw, bool) or not isinstance(raw, int) or raw < minimum:
         r.error(path, f"{what} must be a whole number of at least {minimum}, got {raw!r}")
+        return None
+    return raw
+
+
+def _restart(r: _Reader, value: tuple) -> Any:
+    """srt-slurm's restart policy (its PR #451: a word or a mapping), checked here so a bad key is named with its
+    line in the srt-slurm file."""
+    from pydantic import ValidationError
+
+    from .recipe import RestartPolicy
+
+    raw, path = value
+    try:
+        RestartPolicy.model_validate({"policy": raw} if isinstance(raw, str) else raw)
+    except ValidationError as e:
+        for err in e.errors():
+            where = (*path, *(str(x) for x in err["loc"] if x != "policy" or not isinstance(raw, str)))
+            r.error(where, f"{err['msg']} (srt-slurm's restart: never, on-failure, always, or policy, "
+                           f"max_restarts, backoff_seconds, max_backoff_seconds)")
         return None
     return raw

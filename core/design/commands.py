@@ -6,7 +6,6 @@ Everything here is a list of strings. A shell string is made only at the edge, b
 
 from __future__ import annotations
 
-import re
 import shlex
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
@@ -15,6 +14,7 @@ from ..config.catalog import Catalog, ModelEntry
 from ..config.secrets import redact_env, redact_tokens
 from ..engines import engine as get_engine
 from ..engines import frontend as get_frontend
+from . import container as ct
 from .plan import Endpoint, Plan
 
 
@@ -26,6 +26,7 @@ class SimRuntime:
     python_bin: str  # directory of the Python that has atomdeck installed
     base_path: str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
     speed: float = 1.0
+    mounts: tuple[str, ...] = ()  # host directories the simulator needs inside a container (its Python, the code)
 
     def env(self, host: str) -> dict[str, str]:
         return {
@@ -64,6 +65,7 @@ class ProcessSpec:
     log: str  # log file path
     container: str | None = None
     conflicts: list[tuple[str, str]] = field(default_factory=list)  # owned flags others tried to set
+    step_options: list[str] = field(default_factory=list)  # srun options of the Slurm step it runs in (pyxis)
 
     def all_env(self) -> dict[str, str]:
         return {**self.env, **self.runtime_env}
@@ -86,64 +88,41 @@ def shell_line(argv: list[str]) -> str:
     return shlex.join(argv)
 
 
-def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_") or "x"
-
-
 def container_name(plan: Plan, ctx: LaunchContext, proc: str) -> str:
     """InferenceX's container_<engine>_<user>_<model>_<jobid>, plus the process (one container each)."""
     model = plan.recipe.model.path.rstrip("/").rsplit("/", 1)[-1]
-    return _slug(f"container_{plan.recipe.engine}_{ctx.user}_{model}_{ctx.job_id or ctx.run_id}_{proc}")
+    return ct.slug(f"container_{plan.recipe.engine}_{ctx.user}_{model}_{ctx.job_id or ctx.run_id}_{proc}")
 
 
-# Host RDMA userspace bind-mounted for NICs whose provider the image lacks (InferenceX job.slurm);
-# mlx5 needs none. Pre-flight reads the NIC type from /sys/class/infiniband on each node.
-RDMA_MOUNTS = {
-    "ionic": [("/usr/lib/x86_64-linux-gnu/libibverbs.so.1", "/lib/x86_64-linux-gnu/libibverbs.so.1"),
-              ("/usr/lib/x86_64-linux-gnu/libionic.so.1", "/usr/lib/x86_64-linux-gnu/libionic.so.1"),
-              ("/usr/lib/x86_64-linux-gnu/libibverbs/libionic-rdmav34.so",
-               "/usr/lib/x86_64-linux-gnu/libibverbs/libionic-rdmav34.so"),
-              ("/etc/libibverbs.d", "/etc/libibverbs.d:ro")],
-    "bnxt_re": [("/usr/lib/x86_64-linux-gnu/libibverbs.so.1", "/lib/x86_64-linux-gnu/libibverbs.so.1"),
-                ("/usr/local/lib/libbnxt_re-rdmav34.so", "/usr/lib/x86_64-linux-gnu/libibverbs/libbnxt_re-rdmav34.so"),
-                ("/usr/local/lib/libbnxt_re.so", "/usr/lib/x86_64-linux-gnu/libbnxt_re.so"),
-                ("/etc/libibverbs.d", "/etc/libibverbs.d:ro")],
-    "mlx5": [],
-}
+RDMA_MOUNTS = ct.RDMA_MOUNTS
+
+
+def node_nic(plan: Plan, ctx: LaunchContext, node: str) -> str:
+    """The RDMA NIC type of a node: what pre-flight found there, else the cluster's rdma_nic when it names one."""
+    return ctx.nic.get(node) or (plan.cluster.rdma_nic if plan.cluster.rdma_nic not in ("auto", "none") else "")
 
 
 def docker_wrap(plan: Plan, ctx: LaunchContext, node: str, name: str, argv: list[str],
                 env: dict[str, str]) -> list[str]:
     """`docker run` as InferenceX's job.slurm runs it: host network and IPC, GPUs, RDMA, model dir at /models."""
-    c = plan.cluster.container
-    rdma = plan.recipe.mode == "disagg" and plan.recipe.mooncake.protocol in (None, "rdma")
-    out = ["docker", "run", "--rm", "--init", "--stop-timeout", "10", "--name", name,
-           "--device", "/dev/dri", "--device", "/dev/kfd", *(["--device", "/dev/infiniband"] if rdma else []),
-           "--ulimit", "memlock=-1", "--ulimit", "stack=67108864", "--ulimit", "nofile=1048576:1048576",
-           "--network", "host", "--ipc", "host", "--group-add", "video", "--cap-add", "SYS_PTRACE",
-           "--security-opt", "seccomp=unconfined", "--privileged", "-v", "/sys:/sys", "--shm-size", c.shm_size]
-    model_dir = plan.cluster.model_dir(node)
-    if model_dir:
-        out += ["-v", f"{model_dir}:{c.mount_path}"]
-    nic = ctx.nic.get(node) or (plan.cluster.rdma_nic if plan.cluster.rdma_nic not in ("auto", "none") else "")
-    for host_path, target in RDMA_MOUNTS.get(nic, []):
-        out += ["-v", f"{host_path}:{target}"]
-    out += list(c.extra_args)
-    for k, v in env.items():
-        out += ["-e", f"{k}={v}"]
-    out += ["--entrypoint", "", plan.recipe.image or "IMAGE"]
-    return out + argv
+    return ct.docker_run(plan, "docker", node, name, node_nic(plan, ctx, node), argv, env, _sim_mounts(ctx))
+
+
+def _sim_mounts(ctx: LaunchContext) -> tuple[str, ...]:
+    return ctx.sim.mounts if ctx.sim else ()
 
 
 def env_wrap(argv: list[str], env: dict[str, str]) -> list[str]:
     return ["env", *(f"{k}={v}" for k, v in env.items()), *argv] if env else list(argv)
 
 
-def launcher_wrap(plan: Plan, ctx: LaunchContext, node: str, name: str, log: str, inner: list[str]) -> list[str]:
+def launcher_wrap(plan: Plan, ctx: LaunchContext, node: str, name: str, log: str, inner: list[str],
+                  step_options: list[str] | None = None) -> list[str]:
+    """The command as the launcher runs it. On Slurm, `step_options` (pyxis's --container-*) go to srun."""
     kind = plan.cluster.launcher
     if kind == "slurm":
         return ["srun", "--jobid", ctx.job_id or "$JOBID", "--overlap", "-w", node, "-N1", "-n1",
-                f"--job-name={name}", f"--output={log}", "--kill-on-bad-exit=1", *inner]
+                f"--job-name={name}", f"--output={log}", "--kill-on-bad-exit=1", *(step_options or []), *inner]
     if kind == "ssh":
         hop = ["-J", ctx.login] if ctx.login else []
         return ["ssh", *hop, node, "--", shell_line(inner)]
@@ -180,14 +159,22 @@ def _wrap(plan: Plan, ctx: LaunchContext, name: str, role: str, node: str, host:
     runtime_env = ctx.sim.env(host) if ctx.sim else {}
     log = f"{ctx.log_dir}/{name}.log"
     cname = None
-    if plan.cluster.container.runtime == "docker":
+    step: list[str] = []
+    runtime = plan.cluster.container.runtime
+    nic = node_nic(plan, ctx, node)
+    if runtime in ("docker", "podman"):
         cname = container_name(plan, ctx, name)
-        inner = docker_wrap(plan, ctx, node, cname, argv, {**env, **runtime_env})
+        inner = ct.docker_run(plan, runtime, node, cname, nic, argv, {**env, **runtime_env}, _sim_mounts(ctx))
+    elif runtime == "apptainer":
+        inner = ct.apptainer_exec(plan, node, nic, argv, {**env, **runtime_env}, _sim_mounts(ctx))
     else:
         inner = env_wrap(argv, {**env, **runtime_env})
+        if runtime == "pyxis":  # one container per node and run: the node's processes share its step
+            cname = ct.pyxis_name(plan, node, ctx.run_id, ctx.job_id, ctx.user)
+            step = ct.pyxis_options(plan, node, nic, cname, _sim_mounts(ctx))
     return ProcessSpec(name=name, role=role, node=node, host=host, argv=argv, env=env, runtime_env=runtime_env,
-                       launch_argv=launcher_wrap(plan, ctx, node, name, log, inner), inner=inner, ports=ports, log=log,
-                       container=cname, conflicts=list(conflicts))
+                       launch_argv=launcher_wrap(plan, ctx, node, name, log, inner, step), inner=inner, ports=ports,
+                       log=log, container=cname, conflicts=list(conflicts), step_options=step)
 
 
 def render(plan: Plan, catalog: Catalog | None, ctx: LaunchContext | None = None) -> list[ProcessSpec]:

@@ -17,6 +17,7 @@ from ..config.recipe import Recipe, RoleSpec
 from ..engines import ENGINES, FRONTENDS, known
 from ..engines.args import canonical
 from .commands import LaunchContext, ProcessSpec, render
+from .container import container_findings
 from .findings import Finding, has_errors
 from .inventory import Node
 from .plan import Plan, Selection, build_plan, choose_nodes
@@ -72,10 +73,18 @@ def assess(recipe: Recipe, cluster: Cluster, inventory: list[Node], nodes: list[
         return Assessment(recipe, cluster, None, None, [], findings)
     plan = build_plan(recipe, cluster, inventory, selection, overrides)
     procs = render(plan, catalog, ctx)
+    findings += lint_plan(plan, procs, catalog, disabled)
+    return Assessment(recipe, cluster, selection, plan, procs, _dedupe(findings))
+
+
+def lint_plan(plan: Plan, procs: list[ProcessSpec], catalog: Catalog | None = None,
+              disabled: frozenset[str] = frozenset()) -> list[Finding]:
+    """Every lint rule on a plan and its rendered processes (a launch's, or a live run's grown by a worker)."""
+    findings: list[Finding] = []
     for rule_id, fn in RULES.items():
         if rule_id not in disabled:
             findings += fn(plan, procs, catalog)
-    return Assessment(recipe, cluster, selection, plan, procs, _dedupe(findings))
+    return findings
 
 
 def _dedupe(findings: list[Finding]) -> list[Finding]:
@@ -173,7 +182,7 @@ def recipe_findings(recipe: Recipe, cluster: Cluster, catalog: Catalog | None) -
             out.append(Finding("log-level", "warning",
                                f"ATOM_LOG_LEVEL={level} hides ATOM's startup stages, so atomdeck cannot tell "
                                "loading from hung", f"{where}.ATOM_LOG_LEVEL", "remove it or set it to INFO"))
-    return out
+    return out + container_findings(recipe, cluster)
 
 
 @rule("barrier-role-port")

@@ -58,7 +58,16 @@ def sim_runtime(cluster: Cluster) -> SimRuntime | None:
             speed = float(override)
         except ValueError:
             raise AtomdeckError(f"ATOMDECK_SIM_SPEED={override!r} is not a number; set e.g. 1 or 10") from None
-    return SimRuntime(shim_dir=str(sim_shim_dir()), python_bin=str(Path(sys.executable).parent), speed=speed)
+    return SimRuntime(shim_dir=str(sim_shim_dir()), python_bin=str(Path(sys.executable).parent), speed=speed,
+                      mounts=sim_mounts() if cluster.container.runtime != "none" else ())
+
+
+def sim_mounts() -> tuple[str, ...]:
+    """What the simulator needs visible inside a container, at the same paths: the Python that runs it (its
+    installation and the virtual environment) and atomdeck's code (the shim dir's package root). Nested
+    directories are mounted once, through their parent."""
+    dirs = {str(Path(p).resolve()) for p in (sys.base_prefix, sys.prefix, sim_shim_dir().parents[1])}
+    return tuple(d for d in sorted(dirs) if not any(d != o and d.startswith(o.rstrip("/") + "/") for o in dirs))
 
 
 def default_context(cluster: Cluster, **kw) -> LaunchContext:

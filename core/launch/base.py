@@ -2,7 +2,9 @@
 
 Every launcher runs the same small POSIX-sh supervisor around the command: it forwards SIGTERM,
 waits for the real child (never a `tee`), and writes the child's exit code next to its log, so a
-later session can learn how a process ended even if nobody was watching.
+later session can learn how a process ended even if nobody was watching. It writes the child's PID there
+too (child_path): a supervisor can be killed while its child, the engine, lives on and serves; then the
+engine's own PID decides whether the process lives, and its exit code is not recorded (nobody waits for it).
 """
 
 from __future__ import annotations
@@ -36,6 +38,12 @@ def script(name: str) -> str:
 
 # $1 = exit-code file; the rest is the command. The marker in $0 lets teardown check a PID is ours.
 SUPERVISOR = script("supervisor")
+
+
+def child_path(exit_path: str) -> str:
+    """Where the supervisor records its child's PID: the exit-code file's path with .child for .exit (as
+    supervisor.sh derives it)."""
+    return (exit_path[:-5] if exit_path.endswith(".exit") else exit_path) + ".child"
 
 
 def marker(run_id: str, name: str) -> str:
@@ -100,6 +108,21 @@ class ProcStatus:
     alive: bool
     exit_code: int | None = None
     detail: str = ""  # "exited 1", "killed by signal 9", "step CANCELLED"
+    # alive, but its supervisor is gone: the engine's own PID (from child_path) says it lives. Its exit code
+    # will not be recorded; the launcher's wait() then waits on the engine itself
+    engine_pid: int | None = None
+
+    @property
+    def orphaned(self) -> bool:
+        return self.alive and self.engine_pid is not None
+
+
+SUPERVISOR_GONE = "its supervisor is gone; the engine (pid {pid}) still runs; its exit code will not be recorded"
+ORPHAN_ENDED = "the engine (pid {pid}) ended after its supervisor was gone: its exit code was not recorded"
+
+
+def orphan(pid: int) -> ProcStatus:
+    return ProcStatus(True, None, SUPERVISOR_GONE.format(pid=pid), engine_pid=pid)
 
 
 @dataclass
@@ -135,10 +158,11 @@ class Launcher(Protocol):
     on_facts: Callable[[dict], None] | None
     on_progress: Callable[[str], None] | None
     on_started: Callable[[ProcHandle], None] | None
+    container_runtime: str  # the cluster's container.runtime (remove_containers)
 
     async def prepare(self, plan: Plan, processes: list[ProcessSpec]) -> dict: ...
     async def node_health(self, nodes: list[str]) -> dict[str, str]: ...
-    async def start(self, spec: ProcessSpec) -> ProcHandle: ...
+    async def start(self, spec: ProcessSpec, attempt: str = "") -> ProcHandle: ...
     async def start_many(self, specs: list[ProcessSpec]) -> list[ProcHandle | BaseException]: ...
     def started_so_far(self) -> list[ProcHandle]: ...
     async def poll(self, handle: ProcHandle) -> ProcStatus: ...
@@ -148,6 +172,7 @@ class Launcher(Protocol):
                  partial: bool = False) -> AsyncIterator[tuple[int, str]]: ...
     async def stop(self, handles: list[ProcHandle], grace: float) -> list[StopReport]: ...
     async def release(self, nodes: list[str] | None = None) -> list[str]: ...
+    async def sweep_leftovers(self, nodes: list[str]) -> list[str]: ...
     async def node_run(self, node: str, argv: list[str], timeout: float = 60) -> Result: ...
     async def put_file(self, node: str, src: str, dest: str, mode: int = 0o755) -> None: ...
     async def connect_from(self, node: str, targets: list[tuple[str, int]], timeout: float = 1.0) -> dict: ...
@@ -162,6 +187,7 @@ class LauncherBase(abc.ABC):
     """Shared code of the launchers (local.py, ssh.py, slurm.py); each satisfies `Launcher`."""
 
     kind: str = "?"
+    container_runtime: str = "none"  # the cluster's container.runtime: how remove_containers removes them
 
     def __init__(self, run_id: str, run_dir: str):
         self.run_id = run_id
@@ -218,8 +244,10 @@ class LauncherBase(abc.ABC):
         return {}
 
     @abc.abstractmethod
-    async def start(self, spec: ProcessSpec) -> ProcHandle:
-        """Start one process detached from this console; its output goes to its log."""
+    async def start(self, spec: ProcessSpec, attempt: str = "") -> ProcHandle:
+        """Start one process detached from this console; its output goes to its log. `attempt` names a start of
+        a process that was started before (a restart): a launcher that starts each process at most once (ssh:
+        a retried command must not start a second copy) starts it again for a new attempt."""
 
     async def start_many(self, specs: list[ProcessSpec]) -> list[ProcHandle | BaseException]:
         """Start every process, in parallel. A launcher that can batch per node overrides this."""
@@ -274,6 +302,11 @@ class LauncherBase(abc.ABC):
         was done."""
         return []
 
+    async def sweep_leftovers(self, nodes: list[str]) -> list[str]:
+        """Kill the run's marked leftovers now, before the release, where the release would end the means to read
+        the nodes afterwards (Slurm: the holding job). Here the release's own sweep comes first: nothing to do."""
+        return []
+
     async def node_run(self, node: str, argv: list[str], timeout: float = 60) -> Result:
         """Run a short command on a node (here, for the local launcher)."""
         from ..remote.shell import LocalRunner
@@ -297,22 +330,27 @@ class LauncherBase(abc.ABC):
         return await connect_from_node(node_run, targets, timeout)
 
     async def remove_containers(self, by_node: dict[str, list[str]]) -> list[tuple[bool, str]]:
-        """`docker rm -f` the run's containers on every node, as InferenceX's teardown does: stopping the
-        `docker run` client (SIGKILL after the grace period) does not stop its container, which would
-        keep the node's GPUs. Returns (done, what happened) per node."""
+        """`docker rm -f` (`podman rm -f`) the run's containers on every node, as InferenceX's teardown does:
+        stopping the `docker run` client (SIGKILL after the grace period) does not stop its container, which
+        would keep the node's GPUs. Returns (done, what happened) per node."""
         import asyncio
+
+        binary = self.container_runtime if self.container_runtime in ("docker", "podman") else "docker"
+
+        def gone(line: str) -> bool:  # docker: "No such container: x"; podman 4: "... no such container"
+            return "No such container" in line or "no such container" in line
 
         async def one(node: str, names: list[str]) -> tuple[bool, str]:
             try:
-                res = await self.node_run(node, ["docker", "rm", "-f", *names])
+                res = await self.node_run(node, [binary, "rm", "-f", *names])
             except Exception as e:
                 return False, f"{node}: could not remove containers {', '.join(names)}: {e}"
             removed = [n for n in names if n in res.stdout.split()]
-            errors = [ln for ln in res.stderr.splitlines() if ln.strip() and "No such container" not in ln]
+            errors = [ln for ln in res.stderr.splitlines() if ln.strip() and not gone(ln)]
             if res.ok or not errors:  # a container already gone is what we want
                 return True, (f"{node}: containers removed: {', '.join(removed)}" if removed else
                               f"{node}: no container left")
-            return False, f"{node}: docker rm -f {' '.join(names)} failed: {errors[-1]}"
+            return False, f"{node}: {binary} rm -f {' '.join(names)} failed: {errors[-1]}"
 
         return list(await asyncio.gather(*(one(n, names) for n, names in sorted(by_node.items()))))
 

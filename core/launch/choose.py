@@ -10,14 +10,18 @@ from .base import Launcher
 def launcher_for(cluster: Cluster, run_id: str, run_dir: str, meta: dict | None = None) -> Launcher:
     """A launcher of `cluster` for run `run_id` (its directory `run_dir`; `meta` its run.json, which a Slurm or
     ssh launcher reads its allocation and connections' facts from when it reattaches)."""
+    launcher: Launcher
     if cluster.launcher == "local":
         from .local import LocalLauncher
 
-        return LocalLauncher(run_id, run_dir)
-    if cluster.launcher == "slurm":
+        launcher = LocalLauncher(run_id, run_dir)
+    elif cluster.launcher == "slurm":
         from .slurm import SlurmLauncher
 
-        return SlurmLauncher(run_id, run_dir, cluster, meta or {})
-    from .ssh import SshLauncher
+        launcher = SlurmLauncher(run_id, run_dir, cluster, meta or {})
+    else:
+        from .ssh import SshLauncher
 
-    return SshLauncher(run_id, run_dir, cluster, meta or {})
+        launcher = SshLauncher(run_id, run_dir, cluster, meta or {})
+    launcher.container_runtime = cluster.container.runtime  # how its remove_containers removes the run's
+    return launcher

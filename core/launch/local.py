@@ -28,7 +28,18 @@ from ..remote.filetail import follow
 from ..remote.listening import ListenTable, local_table
 from ..remote.loglines import read_lines
 from ..remote.node_probes import connect_here
-from .base import SUPERVISOR, LauncherBase, ProcHandle, ProcStatus, StopReport, marker, outlive_cancel
+from .base import (
+    ORPHAN_ENDED,
+    SUPERVISOR,
+    LauncherBase,
+    ProcHandle,
+    ProcStatus,
+    StopReport,
+    child_path,
+    marker,
+    orphan,
+    outlive_cancel,
+)
 from .procfs import alive, carries_marker, marked_processes, parent_of, proc_stat, scan_trees, title
 
 
@@ -37,6 +48,11 @@ def read_exit(path: str) -> int | None:
         return int(Path(path).read_text().strip())
     except (OSError, ValueError):
         return None
+
+
+def read_child(exit_path: str) -> int | None:
+    """The engine's PID, as its supervisor recorded it next to the exit-code file (None: not recorded)."""
+    return read_exit(child_path(exit_path)) if exit_path else None
 
 
 def describe_exit(code: int | None) -> str:
@@ -186,8 +202,9 @@ class LocalLauncher(LauncherBase):
         self._flushes: set[asyncio.Task] = set()
         self.scan = scan_trees  # how stop reads the process groups and their trees (a test counts the reads)
         self.tick: Callable[[], Awaitable[object]] | None = None  # stop_groups' pause between reads
+        self._orphans_told: set[str] = set()  # processes whose wait() said their engine outlived its supervisor
 
-    async def start(self, spec: ProcessSpec) -> ProcHandle:
+    async def start(self, spec: ProcessSpec, attempt: str = "") -> ProcHandle:
         (h,) = await self.start_many([spec])
         if isinstance(h, BaseException):
             raise h
@@ -208,7 +225,9 @@ class LocalLauncher(LauncherBase):
         for spec in specs:
             exit_path = logs / f"{spec.name}.exit"
             exit_path.unlink(missing_ok=True)
+            Path(child_path(str(exit_path))).unlink(missing_ok=True)
             procs.append({"name": spec.name, "log": str(logs / f"{spec.name}.log"), "exit": str(exit_path),
+                          "child": child_path(str(exit_path)),
                           "env": {"ATOMDECK_RUN": f"{self.run_id}:{spec.name}"},
                           "argv": ["/bin/sh", "-c", SUPERVISOR, marker(self.run_id, spec.name), str(exit_path),
                                    *spec.launch_argv]})
@@ -275,10 +294,19 @@ class LocalLauncher(LauncherBase):
     async def poll(self, handle: ProcHandle) -> ProcStatus:
         if handle.pid and alive(handle.pid):
             return ProcStatus(True)
+        engine = read_child(handle.exit_path)
+        if engine and self._engine_lives(handle, engine):  # its supervisor was killed; the engine lives on
+            return orphan(engine)
         code = read_exit(handle.exit_path)
         if code is None and handle.pid:
             code = await self._exit_once_reaped(handle)
+        if code is None and engine:
+            return ProcStatus(False, None, ORPHAN_ENDED.format(pid=engine))
         return ProcStatus(False, code, describe_exit(code))
+
+    def _engine_lives(self, handle: ProcHandle, pid: int) -> bool:
+        """The engine's PID is alive and still ours (the run's marker in its environment: PIDs get reused)."""
+        return alive(pid) and carries_marker([pid], self.run_id, handle.name)
 
     async def _exit_once_reaped(self, handle: ProcHandle) -> int | None:
         """A supervisor killed by a signal wrote no exit-code file; its starter writes one, then reaps it.
@@ -292,9 +320,17 @@ class LocalLauncher(LauncherBase):
         return read_exit(handle.exit_path)
 
     async def wait(self, handle: ProcHandle) -> ProcStatus:
-        if handle.pid:
+        """When the supervisor ends; an engine that outlives it is told (an orphaned status) and waited for
+        on the next call."""
+        if handle.pid and alive(handle.pid):
             await wait_exit(handle.pid)
-        return await self.poll(handle)
+        st = await self.poll(handle)
+        if st.orphaned and st.engine_pid and handle.name in self._orphans_told:
+            await wait_exit(st.engine_pid)
+            st = await self.poll(handle)
+        if st.orphaned:
+            self._orphans_told.add(handle.name)
+        return st
 
     def tail(self, handle: ProcHandle, offset: int) -> AsyncIterator[tuple[int, str]]:
         # written on this machine: inotify sees every write, so the idle poll is only a safety net

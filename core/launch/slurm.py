@@ -8,7 +8,8 @@ process group, with its own log and exit-code file on the shared file system) an
 start and end on the step's output. One srun client per node, not per process: a held srun client
 costs the launching host ~9.5 MB RSS (~3.7 MB PSS); bench/slurm_scale.py measures it. A process is
 stopped on its own by its process group (scripts/slurm-stop.sh, one step per node for all of a
-node's processes stopped together). The node steps are in slurm_node.py.
+node's processes stopped together). The node steps are in slurm_node.py; with pyxis a node's step runs in
+the run's enroot container on the node, whose names and removal are in slurm_pyxis.py.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from . import control_runner
 from .base import LauncherBase, ProcHandle, ProcStatus, StopReport, remote_read_log, script
 from .local import describe_exit
 from .slurm_node import AGENT, NodeSteps
+from .slurm_pyxis import PyxisSteps
 
 # every process of the run on each node, killed by one srun task per node (scripts/slurm-sweep.sh)
 SWEEP_SCRIPT = script("slurm-sweep")
@@ -57,7 +59,7 @@ async def query_nodes(cluster: Cluster, names: list[str] | None = None, runner: 
     return parse_scontrol_nodes(res.stdout)
 
 
-class SlurmLauncher(NodeSteps, LauncherBase):
+class SlurmLauncher(PyxisSteps, NodeSteps, LauncherBase):
     kind = "slurm"
 
     def __init__(self, run_id: str, run_dir: str, cluster: Cluster, meta: dict):
@@ -79,10 +81,13 @@ class SlurmLauncher(NodeSteps, LauncherBase):
         self._news: dict[str, asyncio.Event] = {}
         self._waiting: dict[str, dict[str, tuple[ProcHandle, asyncio.Future]]] = {}  # node step -> its waiters
         self._stop_batches: dict[tuple[str, float], tuple[list[ProcHandle], asyncio.Future]] = {}
+        self._orphans_told: set[str] = set()
+        self.container_runtime = cluster.container.runtime
 
     # ------------------------------------------------------------------------------------ allocation
     async def prepare(self, plan, processes: list[ProcessSpec]) -> dict:
         nodes = list(plan.selection.all())
+        named = processes
         try:
             if self.job_id:
                 self._say(f"checking that Slurm job {self.job_id} holds the {len(nodes)} nodes")
@@ -92,8 +97,10 @@ class SlurmLauncher(NodeSteps, LauncherBase):
             facts: dict[str, Any] = {"job_id": self.job_id, "job_owned": self.job_owned, "shared_dir": self.shared_dir}
             await self._mkdir_shared()
             self._say(f"pre-flight checks on {len(nodes)} nodes (one srun step each, in job {self.job_id})")
-            facts.update(await self._preflight(plan, processes))
+            named = self._named_for_this_run(plan, processes)
+            facts.update(await self._preflight(plan, named))
         except BaseException:
+            await self._remove_pyxis_after_preflight(named)
             await self.release()
             raise
         return facts
@@ -162,9 +169,13 @@ class SlurmLauncher(NodeSteps, LauncherBase):
                             "check the partition and the nodes' state")
 
     async def _preflight(self, plan, processes: list[ProcessSpec]) -> dict[str, dict[str, str]]:
-        """The pre-flight script as one srun step per node, all in parallel."""
+        """The pre-flight script as one srun step per node, all in parallel; then the checks in the image (a
+        pull may take container.pull_timeout_s; pyxis: the step's own --container-* options lead the argv)."""
         facts = await run_checks(plan, processes, lambda node, argv: self.runner.run(
-            self._srun(node, "preflight", argv, output=None), timeout=60), self.run_id)
+            self._srun(node, "preflight", argv, output=None), timeout=60), self.run_id,
+            run_image=lambda node, argv, t: self.runner.run(self._srun(node, "preflight-image", argv, output=None),
+                                                            timeout=t),
+            progress=self._say)
         await check_engine_flags(plan, processes, lambda node, argv: self.runner.run(
             self._srun(node, "preflight-help", argv, output=None), timeout=120))
         return facts
@@ -336,6 +347,18 @@ class SlurmLauncher(NodeSteps, LauncherBase):
         res = await self.runner.run(["sbcast", "-f", "-p", "-j", str(self.job_id), source, dest], timeout=120)
         if not res.ok:
             raise AtomdeckError(f"sbcast of {src} to {dest} on the nodes of job {self.job_id} failed: {res.explain()}")
+
+    async def sweep_leftovers(self, nodes: list[str]) -> list[str]:
+        """The release's sweep (scripts/slurm-sweep.sh, a step on every node), run on its own while the job still
+        holds the nodes: the teardown's GPU check reads them again after it (once the job is cancelled, nothing
+        reaches them). Returns the "killed PID on NODE" lines."""
+        if not self.job_id or not nodes:
+            return []
+        argv = ["srun", "--jobid", str(self.job_id), "--overlap", "-w", ",".join(nodes), f"-N{len(nodes)}",
+                f"-n{len(nodes)}", "--ntasks-per-node=1", "--job-name=atomdeck-sweep", "sh", "-c", SWEEP_SCRIPT,
+                "sweep", self.run_id]
+        res = await self.runner.run(argv, timeout=60, env={"ATOMDECK_RUN": ""})
+        return [ln for ln in res.stdout.splitlines() if ln.startswith("killed")]
 
     async def release(self, nodes: list[str] | None = None) -> list[str]:
         """Verify no process of the run is left on any node (the sweep), then cancel the holding job (if ours)

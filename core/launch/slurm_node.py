@@ -13,22 +13,29 @@ from __future__ import annotations
 import asyncio
 import os
 import shlex
+import signal
 import subprocess
 import time
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from ..config.cluster import Cluster
 from ..config.errors import AtomdeckError
 from ..design.commands import ProcessSpec
+from ..design.container import with_mount
 from ..remote.filetail import follow
 from ..remote.shell import Runner
-from .base import SUPERVISOR, ProcHandle, ProcStatus, StopReport, marker, script, spawn
+from .base import ORPHAN_ENDED, SUPERVISOR, ProcHandle, ProcStatus, StopReport, marker, orphan, script, spawn
 from .local import describe_exit, wait_exit
+from .slurm_lines import _int, _supervisor_ended, ended_codes, started_pids
 
 NODE_SCRIPT = script("slurm-node")  # one step per node starts the node's processes and reports their ends
 STOP_SCRIPT = script("slurm-stop")  # stop several of a node's processes by process group, in one step
 START_SCRIPT = script("slurm-start")  # through a login host: write the list, start the node's step, wait
+POLL_SCRIPT = script("poll")  # on the node (a step): alive, an engine that outlived its supervisor, or its end
+# runs POLL_SCRIPT ($1) for each PID EXIT_FILE MARKER triple after it: one step for several of a node's processes
+POLL_EACH = 'p=$1; shift; while [ $# -ge 3 ]; do printf "%s " "$1"; sh -c "$p" poll "$1" "$2" "$3"; shift 3; done'
 
 AGENT = "atomdeck-node:"  # job-name prefix of the per-node steps
 STOP_GATHER_S = 0.02  # teardown stops every process at once, one call each: a node's calls share one step
@@ -40,6 +47,7 @@ class NodeSteps:
 
     # SlurmLauncher's (slurm.py)
     kind: str
+    cluster: Cluster
     run_id: str
     job_id: str | None
     runner: Runner
@@ -50,6 +58,7 @@ class NodeSteps:
     _news: dict[str, asyncio.Event]
     _waiting: dict[str, dict[str, tuple[ProcHandle, asyncio.Future]]]  # node step -> its waiters
     _stop_batches: dict[tuple[str, float], tuple[list[ProcHandle], asyncio.Future]]
+    _orphans_told: set[str]  # processes whose wait() said their engine outlived its supervisor
 
     if TYPE_CHECKING:  # SlurmLauncher's too: the job's step table, reads, and processes of a step of their own
         def _srun(self, node: str, name: str, inner: list[str], output: str | None) -> list[str]: ...
@@ -63,8 +72,9 @@ class NodeSteps:
         async def _poll_step(self, handle: ProcHandle) -> ProcStatus: ...
         async def _step_end(self, h: ProcHandle) -> str: ...
         async def _stop_one(self, h: ProcHandle, grace: float) -> StopReport: ...
+        async def node_run(self, node: str, argv: list[str], timeout: float = 60) -> Any: ...
 
-    async def start(self, spec: ProcessSpec) -> ProcHandle:
+    async def start(self, spec: ProcessSpec, attempt: str = "") -> ProcHandle:
         (h,) = await self.start_many([spec])
         if isinstance(h, BaseException):
             raise h
@@ -102,7 +112,8 @@ class NodeSteps:
         text = "".join(shlex.join(["start", s.name, marker(self.run_id, s.name), f"{logs}/{s.name}.log",
                                    f"{logs}/{s.name}.exit", *s.inner]) + "\n" for s in group)
         argv = ["srun", "--jobid", str(self.job_id), "--overlap", "-w", node, "-N1", "-n1", f"--job-name={AGENT}{key}",
-                f"--output={agent_log}", "sh", "-c", NODE_SCRIPT, "atomdeck-node", self.run_id, SUPERVISOR, listing]
+                f"--output={agent_log}", *self._step_options(node, group), "sh", "-c", NODE_SCRIPT, "atomdeck-node",
+                self.run_id, SUPERVISOR, listing]
         env = {"ATOMDECK_RUN": f"{self.run_id}:@{key}"}  # the sweep finds the node's step by it too
         names = [s.name for s in group]
         if self.local_control:
@@ -117,7 +128,9 @@ class NodeSteps:
                                     close_fds=True, env={**os.environ, **env})
             finally:
                 os.close(fd)
-            pid, out = child.pid, await self._started_here(agent_log, len(group), child)
+            # in a container the step may first import the image (pyxis with no container name): a pull's time
+            wait = max(60.0, self.cluster.container.pull_timeout_s) if any(s.step_options for s in group) else 60.0
+            pid, out = child.pid, await self._started_here(agent_log, len(group), child, wait)
         else:
             command = ["env", *[f"{k}={v}" for k, v in env.items()], *argv]
             res = await self.runner.run(["sh", "-c", START_SCRIPT, "start", listing, agent_log, srun_log,
@@ -136,6 +149,17 @@ class NodeSteps:
                  "srun_log": srun_log, "srun_pid": pid, "srun_here": self.local_control}
         return [ProcHandle(s.name, s.node, s.host, self.kind, pid=pids[s.name], log_path=f"{logs}/{s.name}.log",
                            exit_path=f"{logs}/{s.name}.exit", step=step, extra=dict(extra)) for s in group]
+
+    def _step_options(self, node: str, group: list[ProcessSpec]) -> list[str]:
+        """pyxis: the node's step runs in the run's container on the node (every process of the node shares
+        it: one --container-name per node and run), with the run's shared directory mounted at its own path,
+        since the node script, the supervisors' exit files and the logs live there."""
+        opts = [s.step_options for s in group if s.step_options]
+        if not opts:
+            return []
+        if any(o != opts[0] for o in opts):
+            raise AtomdeckError(f"the processes on {node} ask for different containers; one step holds them all")
+        return with_mount(opts[0], self.shared_dir)
 
     async def _started_here(self, path: str, n: int, child: subprocess.Popen, timeout: float = 60) -> str:
         """The node step's output once it shows n "started" lines (or srun ended, or the timeout)."""
@@ -164,15 +188,14 @@ class NodeSteps:
                 out[i] = await self._poll_step(h)
         texts = await self._read_many(sorted({p for _, h in mine for p in (h.exit_path, h.extra["agent_log"])}))
         alive: dict[str, bool] = {}
+        ask: list[tuple[int, ProcHandle, int | None]] = []  # to be looked at on their node: (index, handle, code)
         for i, h in mine:
             code = _int(texts.get(h.exit_path, ""))
             ended = ended_codes(texts.get(h.extra["agent_log"], ""))
             if code is not None:
                 out[i] = ProcStatus(False, code, describe_exit(code))
-            elif h.name in ended:  # the supervisor itself ended without writing the exit file
-                c = ended[h.name]
-                out[i] = ProcStatus(False, c, f"its supervisor {describe_exit(c)}" if c is not None else
-                                    "ended, exit code unknown")
+            elif h.name in ended:  # the supervisor ended without writing the exit file: its engine may live on
+                ask.append((i, h, ended[h.name]))
             else:
                 key = h.extra["agent"]
                 if key not in alive:
@@ -181,9 +204,50 @@ class NodeSteps:
                     out[i] = ProcStatus(True)
                 elif (code := await self._exit_code(h)) is not None:  # it ended together with the node's step
                     out[i] = ProcStatus(False, code, describe_exit(code))
-                else:
-                    out[i] = ProcStatus(False, None, await self._step_end(h))
+                else:  # the node's step is gone (or only its srun client): its processes may live on
+                    ask.append((i, h, None))
+        if ask:
+            out.update(await self._on_nodes(ask))
         return [out[i] for i in range(len(handles))]
+
+    async def _on_nodes(self, ask: list[tuple[int, ProcHandle, int | None]]) -> dict[int, ProcStatus]:
+        """Processes whose supervisor or node step is gone, looked at on their nodes (poll.sh, one step per node):
+        alive, an engine that outlived its supervisor, or how it ended. Where no step can run there (the job is
+        gone), what the node step said of the supervisor, or the step's end from sacct."""
+        by_node: dict[str, list[tuple[int, ProcHandle, int | None]]] = {}
+        for item in ask:
+            by_node.setdefault(item[1].node, []).append(item)
+        out: dict[int, ProcStatus] = {}
+
+        async def node(name: str, items: list[tuple[int, ProcHandle, int | None]]) -> None:
+            argv = ["sh", "-c", POLL_EACH, "poll-each", POLL_SCRIPT,
+                    *(x for _, h, _ in items for x in (str(h.pid), h.exit_path, f"{self.run_id}:{h.name}"))]
+            try:
+                res = await self.node_run(name, argv, timeout=30)
+                said = {ln.split(" ", 1)[0]: ln.split(" ", 1)[1] for ln in res.stdout.splitlines() if " " in ln}
+            except Exception:
+                said = {}
+            for i, h, sup in items:
+                found = said.get(str(h.pid), "")
+                if found == "alive":
+                    out[i] = ProcStatus(True)
+                    continue
+                if found.startswith("orphan ") and found.split()[1].isdigit():
+                    out[i] = orphan(int(found.split()[1]))
+                    continue
+                head, _, engine = found.partition(" engine=")
+                code = _int(head[5:]) if found.startswith("exit=") else None
+                if code is not None:
+                    out[i] = ProcStatus(False, code, describe_exit(code))
+                elif h.name in self._orphans_told and engine.strip():
+                    out[i] = ProcStatus(False, None, ORPHAN_ENDED.format(pid=engine.strip()))
+                elif sup is not None:
+                    out[i] = _supervisor_ended(sup)
+                else:  # it ended with its node's step: how the step ended, and why, if its client was killed
+                    out[i] = ProcStatus(False, None, await self._step_end(h) + self._client_end(h))
+
+        await asyncio.gather(*(node(n, items) for n, items in by_node.items()))
+        return out
 
     async def _read_many(self, paths: list[str]) -> dict[str, str]:
         """path -> text of the files that exist (small files: exit codes, node step output)."""
@@ -201,11 +265,26 @@ class NodeSteps:
                 out[path] += line + "\n"
         return out
 
+    def _client_end(self, h: ProcHandle) -> str:
+        """How the node step's srun client (here) ended, when a signal killed it: Slurm then ends the step and its
+        tasks (measured on the lab, Slurm 22.05: `kill -9` of the client, the step CANCELLED within 2.4 s)."""
+        child = self._children.get(h.extra.get("agent", ""))
+        rc = child.returncode if child is not None else None
+        if rc is None or rc >= 0:
+            return ""
+        try:
+            sig = signal.Signals(-rc).name
+        except ValueError:
+            sig = f"signal {-rc}"
+        return (f"; the step's srun client (pid {child.pid if child else '?'}, on this machine) was killed by {sig}, "
+                "and Slurm ends a step whose srun client is gone")
+
     async def _agent_alive(self, h: ProcHandle) -> bool:
         key = h.extra["agent"]
         child = self._children.get(key)
-        if child is not None:
-            return child.poll() is None
+        if child is not None and child.poll() is None:
+            return True
+        # its srun client is not known to live (another session, or it was killed): the step may go on without it
         if f"{AGENT}{key}" in await self._steps_now():
             return True
         pid = h.extra.get("srun_pid")
@@ -244,8 +323,13 @@ class NodeSteps:
                 states = await self.poll_many([h for h, _ in pending])
             except Exception:
                 states = [ProcStatus(True)] * len(pending)  # a login host not answering: try again soon
-            for (_, fut), st in zip(pending, states):
-                if not st.alive and not fut.done():
+            for (h, fut), st in zip(pending, states):
+                if fut.done():
+                    continue
+                if not st.alive:
+                    fut.set_result(st)
+                elif st.orphaned and h.name not in self._orphans_told:  # said once; then waited for its end
+                    self._orphans_told.add(h.name)
                     fut.set_result(st)
             try:
                 async with asyncio.timeout(NEWS_POLL_S):
@@ -336,30 +420,3 @@ class NodeSteps:
             else:
                 out[h.name] = StopReport(h.name, h.node, False, f"could not stop it on {node}: {res.explain()}")
         return out
-
-
-def started_pids(text: str) -> dict[str, int]:
-    """name -> PID from a node step's "started NAME PID" lines."""
-    out = {}
-    for line in text.splitlines():
-        parts = line.split()
-        if len(parts) == 3 and parts[0] == "started" and parts[2].isdigit():
-            out[parts[1]] = int(parts[2])
-    return out
-
-
-def _int(text: str) -> int | None:
-    try:
-        return int(text.strip())
-    except ValueError:
-        return None
-
-
-def ended_codes(text: str) -> dict[str, int | None]:
-    """name -> the supervisor's exit status (None: not known) from a node step's "ended NAME CODE" lines."""
-    out: dict[str, int | None] = {}
-    for line in text.splitlines():
-        parts = line.split()
-        if len(parts) >= 2 and parts[0] == "ended":
-            out[parts[1]] = int(parts[2]) if len(parts) > 2 and parts[2].isdigit() else None
-    return out

@@ -20,7 +20,19 @@ from ..remote.backoff import Backoff
 from ..remote.listening import ListenTable, shell_table
 from ..remote.node_shell import NodeShell, RemoteShell
 from ..remote.shell import LocalRunner, Runner
-from .base import SUPERVISOR, LauncherBase, ProcHandle, ProcStatus, StopReport, marker, remote_read_log, script
+from .base import (
+    ORPHAN_ENDED,
+    SUPERVISOR,
+    LauncherBase,
+    ProcHandle,
+    ProcStatus,
+    StopReport,
+    child_path,
+    marker,
+    orphan,
+    remote_read_log,
+    script,
+)
 from .local import describe_exit
 
 # a node's wait channel that broke is reopened after 0.25 s, ×2, at most 5 s apart; reset once it works
@@ -37,7 +49,7 @@ ALREADY_SCRIPT = script("already")  # a start run twice reports the first one's 
 
 
 def detached_command(run_id: str, name: str, remote_dir: str, log: str, exit_path: str, pid_path: str,
-                     inner: list[str]) -> str:
+                     inner: list[str], attempt: str = "") -> str:
     """The shell line that starts a process detached on a node (own session, log, pidfile) and prints its
     PID. Every piece of the command is quoted with shlex: no value can change what runs.
 
@@ -47,9 +59,9 @@ def detached_command(run_id: str, name: str, remote_dir: str, log: str, exit_pat
     q = shlex.quote
     detached = shlex.join(["env", f"ATOMDECK_RUN={run_id}:{name}", "setsid", "/bin/sh", "-c", SUPERVISOR,
                            marker(run_id, name), exit_path, *inner])
-    token = f"{pid_path}.started"
+    token = f"{pid_path}.started" + (f".{attempt}" if attempt else "")  # a restart's start is a start of its own
     already = shlex.join(["sh", "-c", ALREADY_SCRIPT, "already", f"{run_id}:{name}", pid_path])
-    return (f"umask 077; if mkdir {q(token)} 2>/dev/null; then rm -f {q(exit_path)}; "
+    return (f"umask 077; if mkdir {q(token)} 2>/dev/null; then rm -f {q(exit_path)} {q(child_path(exit_path))}; "
             f"cd {q(remote_dir)} && {{ {detached} >>{q(log)} 2>&1 </dev/null & }} && "
             f"echo $! > {q(pid_path)}; echo $!; else {already}; fi")
 
@@ -69,6 +81,7 @@ class SshLauncher(LauncherBase):
         self._restart: dict[str, asyncio.Event] = {}
         self._unsub: list[Callable[[], None]] = []
         self._tables: dict[str, ListenTable] = {}
+        self._orphans: dict[str, int] = {}  # process -> its engine's PID, once wait() said its supervisor is gone
 
     def runner(self, node: str) -> Runner:
         if node not in self._runners:
@@ -120,16 +133,18 @@ class SshLauncher(LauncherBase):
         await asyncio.gather(*(mk(n) for n in nodes))  # also: the first connection to every node, in parallel
         self._say(f"pre-flight checks on {len(nodes)} nodes")
         facts = await run_checks(plan, processes, lambda node, argv: self.shell(node).run(argv, timeout=60),
-                                 self.run_id)
+                                 self.run_id, progress=self._say,
+                                 run_image=lambda node, argv, t: self.shell(node).run(argv, timeout=t))
         self._say(f"checking the engines' flags on {len(nodes)} nodes")
         await check_engine_flags(plan, processes, lambda node, argv: self.shell(node).run(argv, timeout=120))
         return {"remote_dir": self.remote_dir, **facts}
 
     # ---------------------------------------------------------------------------------------- processes
-    async def start(self, spec: ProcessSpec) -> ProcHandle:
+    async def start(self, spec: ProcessSpec, attempt: str = "") -> ProcHandle:
         logs = f"{self.remote_dir}/logs"
         log, exit_path, pid_path = f"{logs}/{spec.name}.log", f"{logs}/{spec.name}.exit", f"{logs}/{spec.name}.pid"
-        line = detached_command(self.run_id, spec.name, self.remote_dir, log, exit_path, pid_path, spec.inner)
+        line = detached_command(self.run_id, spec.name, self.remote_dir, log, exit_path, pid_path, spec.inner,
+                                attempt)
         res = await self.shell(spec.node).run(["sh", "-c", line], timeout=30, check=True)
         pid = int(res.stdout.strip().split()[-1])
         return ProcHandle(spec.name, spec.node, spec.host, self.kind, pid=pid, log_path=log, exit_path=exit_path,
@@ -171,14 +186,19 @@ class SshLauncher(LauncherBase):
         return [results[s.name] for s in specs]
 
     async def poll(self, handle: ProcHandle) -> ProcStatus:
-        res = await self.shell(handle.node).run(["sh", "-c", POLL_SCRIPT, "poll", str(handle.pid), handle.exit_path],
-                                                timeout=30)
+        res = await self.shell(handle.node).run(["sh", "-c", POLL_SCRIPT, "poll", str(handle.pid), handle.exit_path,
+                                                 f"{self.run_id}:{handle.name}"], timeout=30)
         out = res.stdout.strip()
         if not res.ok:
             raise AtomdeckError(f"cannot check {handle.name} on {handle.node}: {res.explain()}")
         if out == "alive":
             return ProcStatus(True)
-        code = _code(out)
+        if out.startswith("orphan ") and out.split()[1].isdigit():
+            return orphan(int(out.split()[1]))
+        head, _, engine = out.partition(" engine=")
+        code = _code(head)
+        if code is None and engine.strip().isdigit():
+            return ProcStatus(False, None, ORPHAN_ENDED.format(pid=engine.strip()))
         return ProcStatus(False, code, describe_exit(code))
 
     async def wait(self, handle: ProcHandle) -> ProcStatus:
@@ -204,15 +224,18 @@ class SshLauncher(LauncherBase):
             pending = {pid: item for pid, item in self._waiting[node].items() if not item[1].done()}
             if not pending:
                 return
-            args = [f"{self.remote_dir}/logs", *(f"{pid}:{h.name}" for pid, (h, _) in pending.items())]
+            args = [f"{self.remote_dir}/logs", self.run_id,
+                    *(f"{pid}:{h.name}" + (":o" if h.name in self._orphans else "") for pid, (h, _) in pending.items())]
             restart = self._restart[node] = asyncio.Event()
             job = asyncio.ensure_future(self._stream_node(node, args, pending))
             stop = asyncio.ensure_future(restart.wait())
-            done, _ = await asyncio.wait({job, stop}, return_when=asyncio.FIRST_COMPLETED)
-            for t in (job, stop):
-                if not t.done():
-                    t.cancel()
-            await asyncio.gather(job, stop, return_exceptions=True)
+            try:
+                done, _ = await asyncio.wait({job, stop}, return_when=asyncio.FIRST_COMPLETED)
+            finally:  # (cancelled with the launcher's close: the stream ends here too, its error retrieved)
+                for t in (job, stop):
+                    if not t.done():
+                        t.cancel()
+                await asyncio.gather(job, stop, return_exceptions=True)
             if job in done and job.exception() is not None:
                 await asyncio.sleep(next(delays))
             else:
@@ -221,11 +244,18 @@ class SshLauncher(LauncherBase):
     async def _stream_node(self, node: str, args: list[str], pending: dict) -> None:
         async for line in self.runner(node).stream(["sh", "-c", WAIT_SCRIPT, "wait", *args]):
             parts = line.split()
-            if len(parts) >= 2 and parts[0] == "ended" and parts[1].isdigit():
+            if len(parts) == 3 and parts[0] == "orphan" and parts[1].isdigit() and parts[2].isdigit():
+                item = pending.get(int(parts[1]))
+                if item and not item[1].done():  # its supervisor is gone, the engine lives: said once
+                    self._orphans[item[0].name] = int(parts[2])
+                    item[1].set_result(orphan(int(parts[2])))
+            elif len(parts) >= 2 and parts[0] == "ended" and parts[1].isdigit():
                 item = pending.get(int(parts[1]))
                 if item and not item[1].done():
                     code = _code("=" + (parts[2] if len(parts) > 2 else ""))
-                    item[1].set_result(ProcStatus(False, code, describe_exit(code)))
+                    engine = self._orphans.get(item[0].name)
+                    item[1].set_result(ProcStatus(False, code, describe_exit(code)) if code is not None or not engine
+                                       else ProcStatus(False, None, ORPHAN_ENDED.format(pid=engine)))
 
     def tail(self, handle: ProcHandle, offset: int) -> AsyncIterator[tuple[int, str]]:
         return self._mirrored_tail(handle, offset)
@@ -338,13 +368,13 @@ class SshLauncher(LauncherBase):
         return out
 
     async def close(self) -> None:
-        for sh in self._shells.values():
-            await sh.close()
-        self._shells.clear()
-        for t in self._watchers.values():
+        for t in self._watchers.values():  # (first: their streams run over the connections closed below)
             t.cancel()
         await asyncio.gather(*self._watchers.values(), return_exceptions=True)
         self._watchers.clear()
+        for sh in self._shells.values():
+            await sh.close()
+        self._shells.clear()
         for u in self._unsub:
             try:
                 u()

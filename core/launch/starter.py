@@ -3,14 +3,16 @@
 Run by LocalLauncher.start_many as `python -I starter.py` in a session of its own (standard library only,
 nothing of atomdeck is imported). It reads the processes from stdin as JSON:
 
-    {"cwd": RUN_DIR, "procs": [{"name": N, "argv": [...], "env": {K: V}, "log": PATH, "exit": PATH}, ...]}
+    {"cwd": RUN_DIR, "procs": [{"name": N, "argv": [...], "env": {K: V}, "log": PATH, "exit": PATH,
+                               "child": PATH}, ...]}
 
 and starts each with posix_spawn in its own process group (the group teardown signals), in the starter's
 session, with stdin from /dev/null and stdout and stderr appended to its log. For each it prints one JSON
 line, `["started", NAME, PID]` or `["failed", NAME, ERRNO, TEXT]`, then closes its output, so the
 console's read ends, and stays to reap them. When a process ends by a signal without writing its exit-code
 file (its supervisor was killed), the starter writes 128+N there before it reaps it, so whoever reads the file
-later learns how it ended.
+later learns how it ended; unless the supervisor's child (its PID in the "child" file) still runs: then the
+engine outlived its supervisor, and its liveness is the launcher's to read (local.py), not a code to write.
 
 Why one session for them all: with the kernel's autogroups (sched_autogroup_enabled, the default of most
 distributions) every session is a scheduling group with the same share of the CPU as the console's. When
@@ -24,6 +26,7 @@ import json
 import os
 import signal
 import sys
+import time
 
 
 def _write_exit(path: str, code: int) -> None:
@@ -39,10 +42,35 @@ def _write_exit(path: str, code: int) -> None:
         pass
 
 
-def start(procs: list[dict], out) -> dict[int, str]:
-    """Start each process; say how each went on `out`. Returns pid -> its exit-code file."""
+CHILD_DIES_S = 0.5  # a group killed at once: its engine may take this long to die after its supervisor
+
+
+def _child_lives(path: str) -> bool:
+    """The PID in the supervisor's child file stays a live process (not a zombie) for CHILD_DIES_S: a SIGKILL
+    to the whole group ends the supervisor first, and an engine with much memory takes a moment to be gone."""
+    until = time.monotonic() + CHILD_DIES_S
+    while _alive(path):
+        if time.monotonic() >= until:
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def _alive(path: str) -> bool:
+    try:
+        with open(path) as f:
+            pid = int(f.read().strip())
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except (OSError, ValueError):
+        return False
+    return stat[stat.rfind(b")") + 2:][:1] not in (b"Z", b"X")
+
+
+def start(procs: list[dict], out) -> dict[int, tuple[str, str]]:
+    """Start each process; say how each went on `out`. Returns pid -> (its exit-code file, its child file)."""
     devnull = os.open(os.devnull, os.O_RDONLY)
-    exits: dict[int, str] = {}
+    exits: dict[int, tuple[str, str]] = {}
     for p in procs:
         try:
             fd = os.open(p["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
@@ -59,15 +87,16 @@ def start(procs: list[dict], out) -> dict[int, str]:
             out.write(json.dumps(["failed", p["name"], e.errno or 0, f"{e.strerror or e}: {e.filename or ''}"
                                   .rstrip(": ")]) + "\n")
         else:
-            exits[pid] = p.get("exit", "")
+            exits[pid] = (p.get("exit", ""), p.get("child", ""))
             out.write(json.dumps(["started", p["name"], pid]) + "\n")
         out.flush()
     os.close(devnull)
     return exits
 
 
-def reap(exits: dict[int, str]) -> None:
-    """Wait for every child; a child ended by a signal gets its exit-code file first, if it has none."""
+def reap(exits: dict[int, tuple[str, str]]) -> None:
+    """Wait for every child; a child ended by a signal gets its exit-code file first, if it has none and its
+    own child (the engine) does not live on."""
     while True:
         try:
             info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOWAIT)
@@ -77,8 +106,9 @@ def reap(exits: dict[int, str]) -> None:
             continue
         if info is None:
             continue
-        if info.si_code in (os.CLD_KILLED, os.CLD_DUMPED):
-            _write_exit(exits.get(info.si_pid, ""), 128 + info.si_status)
+        exit_path, child = exits.get(info.si_pid, ("", ""))
+        if info.si_code in (os.CLD_KILLED, os.CLD_DUMPED) and not _child_lives(child):
+            _write_exit(exit_path, 128 + info.si_status)
         try:
             os.waitpid(info.si_pid, 0)
         except ChildProcessError:

@@ -18,6 +18,7 @@ from ..config.errors import PreflightError
 from ..config.paths import state_dir
 from ..config.recipe import flag_of, normalize_flag
 from ..design.commands import ProcessSpec
+from ..design.container import image_of
 from ..design.findings import Finding
 from ..design.plan import Plan
 from .shell import Result
@@ -55,12 +56,14 @@ def accepted_flags(help_text: str) -> set[str]:
 
 
 def help_command(plan: Plan, spec: ProcessSpec) -> list[str]:
-    """The program's `--help`, run the way the process will run: in its image, or with its environment."""
+    """The program's `--help`, run the way the process will run: in its image, or with its environment. With
+    pyxis the step's --container-* options lead (the launcher's srun takes them: the same named container)."""
     prog = program_of(spec.argv)
-    if plan.cluster.container.runtime == "docker" and plan.recipe.image:
-        return ["docker", "run", "--rm", "--entrypoint", "", plan.recipe.image, *prog, "--help"]
+    runtime = plan.cluster.container.runtime
+    if runtime in ("docker", "podman") and plan.recipe.image:
+        return [runtime, "run", "--rm", "--entrypoint", "", image_of(plan), *prog, "--help"]
     wrapper = spec.inner[:len(spec.inner) - len(spec.argv)] if spec.inner[-len(spec.argv):] == spec.argv else []
-    return [*wrapper, *prog, "--help"]
+    return [*spec.step_options, *wrapper, *prog, "--help"]
 
 
 def _cache_path(name: str = "engine-flags") -> Path:
@@ -126,7 +129,7 @@ async def check_engine_flags(plan: Plan, processes: list[ProcessSpec],
     """Run each distinct program's `--help` once (on the first chosen node; cached by image), then refuse the
     launch (PreflightError) naming every flag the program does not accept and its closest spelling. Returns
     how many flags each program accepts, by cache key (for the run's facts)."""
-    image = plan.recipe.image if plan.cluster.container.runtime == "docker" else None
+    image = image_of(plan) if plan.cluster.container.runtime != "none" and plan.recipe.image else None
     cache = cache_load() if image else {}
     node = plan.selection.all()[0]
     found: dict[str, set[str]] = {}

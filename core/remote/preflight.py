@@ -9,29 +9,37 @@ from __future__ import annotations
 import asyncio
 import fnmatch
 import ipaddress
-import json
 import shlex
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from ..config.cluster import NodeIp
 from ..config.errors import PreflightError
+from ..config.paths import sim_shim_dir
 from ..config.text import listed
 from ..design.commands import ProcessSpec
+from ..design.container import image_of
 from ..design.findings import Finding
 from ..design.plan import Plan
+from .gpus import VRAM_IDLE_PCT, parse_amdsmi_metric, parse_rocmsmi
+from .image_check import IMAGE_SCRIPT, PROGRESS_S, ImageCheck, image_check_findings, is_file_image, pyxis_error
+from .image_check import image_checks_for as _image_checks_for
 from .shell import Result
 
-VRAM_IDLE_PCT = 10
+__all__ = ["IMAGE_SCRIPT", "ImageCheck", "image_check_findings", "image_checks_for"]
+
 NOFILE_NEEDED = 65536  # InferenceX: `ulimit -n 65536` / docker --ulimit nofile for Mooncake
 SIM_NOFILE_NEEDED = 4096  # the simulator's worker (Mooncake over TCP) holds about 30 files open
 WRAPPER_NOFILE = 65536  # supervisor.sh raises the soft limit to this, or else to the hard limit
 
 # $1: ports to check (space separated), $2: a path that must exist (or ""), $3: runtime check command,
 # $4: Mooncake library directories the workers' LD_LIBRARY_PATH names (space separated; outside containers;
-# inside an image IMAGE_SCRIPT checks them), $5: this launch's run id (its own processes are not another run's)
-SCRIPT = r'''ports=$1; model=$2; runtime=$3; mooncake=$4; self_run=$5
+# inside an image IMAGE_SCRIPT checks them), $5: this launch's run id (its own processes are not another run's),
+# $6: the image when it is a file on the node (pyxis, apptainer: a squashfs), or ""
+# $7: a directory to put first on PATH for the GPU tools (the simulator's amd-smi on simulated clusters, else "")
+SCRIPT = r'''ports=$1; model=$2; runtime=$3; mooncake=$4; self_run=$5; image=$6; gpu_path=$7
 echo "host=$(hostname)"
+if [ -n "$image" ]; then if [ -r "$image" ]; then echo "image=present"; else echo "image=missing"; fi; fi
 echo "nofile=$(ulimit -n) $(ulimit -Hn)"
 if [ -e /dev/infiniband ]; then echo "ib_dev=yes"; else echo "ib_dev=no"; fi
 missing=
@@ -57,11 +65,17 @@ echo "busy_ports=$busy"
 if [ -n "$runtime" ]; then
   if out=$(sh -c "$runtime" 2>&1); then echo "runtime=ok"; else echo "runtime=missing $(echo "$out" | tail -1)"; fi
 fi
-if command -v rocm-smi >/dev/null 2>&1; then
-  echo "gpu_json=$(rocm-smi --showmemuse --json 2>/dev/null | tr -d '\n')"
-else
-  echo "gpu_json="
-fi
+(
+  [ -n "$gpu_path" ] && PATH="$gpu_path:$PATH"
+  PATH="$PATH:/opt/rocm/bin"
+  if command -v amd-smi >/dev/null 2>&1; then
+    echo "gpu_tool=amd-smi"; echo "gpu_json=$(amd-smi metric --mem-usage --json 2>/dev/null | tr -d '\n')"
+  elif command -v rocm-smi >/dev/null 2>&1; then
+    echo "gpu_tool=rocm-smi"; echo "gpu_json=$(rocm-smi --showmeminfo vram --json 2>/dev/null | tr -d '\n')"
+  else
+    echo "gpu_tool="; echo "gpu_json="
+  fi
+)
 me=$(readlink /proc/self/ns/net)
 runs=
 for f in $(cd /proc && grep -lsz '^ATOMDECK_RUN=' [0-9]*/environ); do
@@ -76,16 +90,6 @@ echo "ifaddrs=$(ip -o addr show 2>/dev/null | awk '{split($4, a, "/"); print $2 
 echo "preflight=done"
 '''
 
-# Run inside the image, as the engine's `docker run` would (its --ulimit nofile): $1 = Mooncake directories
-IMAGE_SCRIPT = r'''mooncake=$1
-echo "nofile=$(ulimit -n) $(ulimit -Hn)"
-missing=
-for d in $mooncake; do [ -d "$d" ] || missing="$missing $d"; done
-echo "mooncake_missing=$missing"
-echo "preflight=done"
-'''
-
-
 @dataclass
 class NodeCheck:
     node: str
@@ -97,6 +101,8 @@ class NodeCheck:
     mooncake_dirs: list[str] = field(default_factory=list)  # LD_LIBRARY_PATH entries for Mooncake (no container)
     rdma: bool = False  # a KV transfer over RDMA runs on this node: /dev/infiniband must be there
     nofile: int = 0  # the open-files limit the engine needs (0: not checked here: a container checks its own)
+    image_file: str = ""  # the image as a file on the node (pyxis, apptainer squashfs): it must be there
+    gpu_path: str = ""  # put first on PATH for amd-smi / rocm-smi (the simulator's shim/bin on simulated clusters)
 
 
 def node_addresses(result: dict[str, str]) -> list[tuple[str, str]]:
@@ -148,13 +154,17 @@ def checks_for(plan: Plan, processes: list[ProcessSpec]) -> list[NodeCheck]:
     for node in plan.selection.all():
         ports = sorted({port for p in processes if p.node == node for port in p.ports})
         workers = [p for p in processes if p.node == node and p.role != "router"]
-        container = plan.cluster.container.runtime != "none"
+        runtime = plan.cluster.container.runtime
         dirs = sorted({d for p in workers for d in p.env.get("LD_LIBRARY_PATH", "").split(":")
-                       if "mooncake" in d.lower()}) if not container else []
+                       if "mooncake" in d.lower()}) if runtime == "none" else []
         rdma = plan.recipe.mode == "disagg" and plan.recipe.mooncake.protocol in (None, "rdma") and bool(workers)
-        nofile = nofile_needed(plan) if workers and not container else 0
+        # docker and podman set their own limit (--ulimit, checked in the image); enroot and apptainer keep the node's
+        nofile = nofile_needed(plan) if workers and runtime in ("none", "pyxis", "apptainer") else 0
+        image = image_of(plan) if runtime in ("pyxis", "apptainer") and plan.recipe.image else ""
         out.append(NodeCheck(node, ports, model_host_path(plan, node), runtime_check(processes, node),
-                             node_addr=plan.node(node).addr or "", mooncake_dirs=dirs, rdma=rdma, nofile=nofile))
+                             node_addr=plan.node(node).addr or "", mooncake_dirs=dirs, rdma=rdma, nofile=nofile,
+                             image_file=image if image and is_file_image(image) else "",
+                             gpu_path=str(sim_shim_dir() / "bin") if plan.cluster.simulator.enabled else ""))
     return out
 
 
@@ -181,20 +191,25 @@ def model_host_path(plan: Plan, node: str) -> str:
     c = plan.cluster
     mount = c.container.mount_path.rstrip("/")
     host_dir = c.model_dir(node)
-    if c.container.runtime == "docker" and host_dir and (path == mount or path.startswith(mount + "/")):
+    if c.container.runtime != "none" and host_dir and (path == mount or path.startswith(mount + "/")):
         return host_dir.rstrip("/") + path[len(mount):]
     return path
 
 
 def runtime_check(processes: list[ProcessSpec], node: str) -> str:
-    """A shell command that fails when the node cannot start the worker's program: with a container,
-    docker must be there; without, the worker's module must import with the worker's own environment."""
+    """A shell command that fails when the node cannot start the worker's program: with a container, its runtime
+    must be there (pyxis: srun itself starts it, the image check tells); without, the worker's module must
+    import with the worker's own environment."""
     for p in processes:
         if p.node != node or p.role == "router" or not p.inner:
             continue
+        if p.step_options:  # pyxis: the program is in the image (the image check runs there)
+            return ""
         if p.inner[0] == "docker":
             return ("command -v docker >/dev/null || { echo 'docker: command not found'; exit 1; }; "
                     "docker info >/dev/null 2>&1 || { echo 'docker: the Docker daemon is not reachable'; exit 1; }")
+        if p.inner[0] in ("podman", "apptainer"):
+            return f"command -v {p.inner[0]} >/dev/null || {{ echo '{p.inner[0]}: command not found'; exit 1; }}"
         if p.argv[:2] == ["python3", "-m"]:
             env = p.inner[1:len(p.inner) - len(p.argv)] if p.inner[0] == "env" else []
             probe = f"import importlib.util,sys; sys.exit(0 if importlib.util.find_spec({p.argv[2]!r}) else 1)"
@@ -204,7 +219,7 @@ def runtime_check(processes: list[ProcessSpec], node: str) -> str:
 
 def command(check: NodeCheck, run_id: str = "") -> list[str]:
     return ["sh", "-c", SCRIPT, "atomdeck-preflight", " ".join(map(str, check.ports)), check.model_path,
-            check.runtime, " ".join(check.mooncake_dirs), run_id]
+            check.runtime, " ".join(check.mooncake_dirs), run_id, check.image_file, check.gpu_path]
 
 
 def parse(output: str) -> dict[str, str]:
@@ -224,6 +239,9 @@ def findings_from(check: NodeCheck, recipe_model: str) -> list[Finding]:
         out.append(Finding("preflight", "error", f"the pre-flight check did not finish on {n}: "
                            f"{r.get('error', 'no output')}", "--nodes", "check the node, or pick another", n))
         return out
+    if r.get("image") == "missing":
+        out.append(Finding("preflight-image", "error", f"image {check.image_file} does not exist on {n}",
+                           "image", "put the squashfs file there (every node of the run needs it), or fix the path", n))
     if r.get("model") == "missing":
         out.append(Finding("preflight-model", "error", f"model path {check.model_path} is missing on {n}",
                            "model.path", f"put {recipe_model} there, or fix cluster model_dirs", n))
@@ -243,14 +261,30 @@ def findings_from(check: NodeCheck, recipe_model: str) -> list[Finding]:
                            f"the worker's runtime cannot start on {n}: {rt[len('missing'):].strip() or 'not found'}",
                            "image / cluster", "install ATOM on the node or use the container image", n))
     out += image_findings(check)
-    gpu = r.get("gpu_json", "")
-    if gpu:
-        for card, pct in _vram_use(gpu):
-            if pct > VRAM_IDLE_PCT:
-                out.append(Finding("preflight-gpu", "error",
-                                   f"{card} on {n} already uses {pct:.0f}% VRAM (a leftover process?)",
-                                   "--nodes", f"free the GPU (VRAM <= {VRAM_IDLE_PCT}%) or pick another node", n))
+    out += gpu_findings(n, r.get("gpu_tool", ""), r.get("gpu_json", ""))
     return out
+
+
+def gpu_findings(node: str, tool: str, text: str) -> list[Finding]:
+    """Busy GPUs refuse the node: VRAM use above InferenceX's 10 %, read from amd-smi (rocm-smi as the fallback).
+    A node whose GPUs cannot be read is not refused for it (the tools may be missing on a login-less image)."""
+    try:
+        gpus = parse_amdsmi_metric(text) if tool == "amd-smi" else parse_rocmsmi(text) if text else []
+    except ValueError:
+        return []
+    busy = [g for g in gpus if g.busy]
+    if not busy:
+        return []
+    most = max(busy, key=lambda g: g.used_pct or 0)
+    which = f"GPU {', '.join(str(g.index) for g in busy)}; " if len(busy) < len(gpus) else ""
+    # (rocm-smi --showmemuse, an older pre-flight's reading, gives a percentage only: total 100)
+    held = f", {most.used_mb // 1024} GB" if most.used_mb is not None and most.total_mb not in (None, 100) else ""
+    return [Finding("preflight-gpu", "error",
+                    f"{len(busy)}/{len(gpus)} GPUs on {node} already hold VRAM ({which}up to "
+                    f"{most.used_pct or 0:.0f}%{held}, by {tool or 'rocm-smi'}): another job, or a leftover process",
+                    "--nodes",
+                    f"free the GPUs (VRAM <= {VRAM_IDLE_PCT}% each; `amd-smi process` names what holds them) "
+                    "or pick another node", node)]
 
 
 def image_findings(check: NodeCheck) -> list[Finding]:
@@ -284,81 +318,9 @@ def image_findings(check: NodeCheck) -> list[Finding]:
     return out
 
 
-@dataclass
-class ImageCheck:
-    """IMAGE_SCRIPT in the engine's image, once per image (and the flags that shape it), on one chosen node."""
-
-    image: str
-    node: str  # where `docker run` runs it: the first node with a worker of this image
-    ulimits: list[str]  # the engine's `--ulimit nofile=...` values (docker_wrap's, then container.extra_args')
-    mooncake_dirs: list[str]
-    nofile: int  # what the engine needs inside
-    result: dict[str, str] = field(default_factory=dict)
-    cached: bool = False
-
-    @property
-    def key(self) -> str:
-        return json.dumps([self.image, self.ulimits, self.mooncake_dirs])
-
-    def command(self) -> list[str]:
-        flags = [x for u in self.ulimits for x in ("--ulimit", u)]
-        return ["docker", "run", "--rm", "--entrypoint", "", *flags, self.image,
-                "sh", "-c", IMAGE_SCRIPT, "atomdeck-preflight", " ".join(self.mooncake_dirs)]
-
-
 def image_checks_for(plan: Plan, processes: list[ProcessSpec]) -> list[ImageCheck]:
-    """What to check inside the image (containers only): one check per distinct image, nofile flags and
-    Mooncake directories of the workers' `docker run` (ImageCheck.key)."""
-    if plan.cluster.container.runtime != "docker" or not plan.recipe.image:
-        return []
-    out: dict[str, ImageCheck] = {}
-    for p in processes:
-        if p.role == "router" or not p.inner or p.inner[0] != "docker":
-            continue
-        ulimits = [v for k, v in zip(p.inner, p.inner[1:]) if k == "--ulimit" and v.startswith("nofile=")]
-        dirs = sorted({d for d in p.env.get("LD_LIBRARY_PATH", "").split(":") if "mooncake" in d.lower()})
-        ch = ImageCheck(plan.recipe.image, p.node, ulimits, dirs, nofile_needed(plan))
-        out.setdefault(ch.key, ch)
-    return list(out.values())
-
-
-def image_check_findings(ch: ImageCheck) -> list[Finding]:
-    r, n, img = ch.result, ch.node, ch.image
-    if r.get("preflight") != "done":
-        return [Finding("preflight-image", "error", f"`docker run` of image {img} did not run the pre-flight "
-                        f"check on {n}: {r.get('error', 'no output')}", "image",
-                        "check that the image exists and that docker can run it on the node", n)]
-    out = []
-    for d in r.get("mooncake_missing", "").split():
-        out.append(Finding("preflight-mooncake", "error",
-                           f"LD_LIBRARY_PATH names {d} for Mooncake, but image {img} has no such directory",
-                           "env.LD_LIBRARY_PATH", "point it at <site-packages>/mooncake of the image's Python", n))
-    soft = r.get("nofile", "").partition(" ")[0]
-    if soft.isdigit() and int(soft) < ch.nofile:
-        given = " ".join(f"--ulimit {u}" for u in ch.ulimits) or "no --ulimit nofile"
-        out.append(Finding("preflight-nofile", "error",
-                           f"the open-files limit inside image {img} is {soft} on {n} (docker run {given}); "
-                           f"Mooncake needs {ch.nofile}",
-                           "container.extra_args", f"pass --ulimit nofile={ch.nofile}:{ch.nofile} to docker", n))
-    return out
-
-
-def _vram_use(text: str) -> list[tuple[str, float]]:
-    try:
-        data = json.loads(text)
-    except ValueError:
-        return []
-    out = []
-    for card, fields in (data or {}).items():
-        if not isinstance(fields, dict):
-            continue
-        for k, v in fields.items():
-            if "VRAM" in k and "%" in k:
-                try:
-                    out.append((card, float(v)))
-                except (TypeError, ValueError):
-                    pass
-    return out
+    """What to check inside the image (image_check.py), with the open-files limit the engine needs."""
+    return _image_checks_for(plan, processes, nofile_needed(plan))
 
 
 def ip_findings(checks: list[NodeCheck], spec: NodeIp) -> tuple[dict[str, str], list[Finding]]:
@@ -381,31 +343,34 @@ def ip_findings(checks: list[NodeCheck], spec: NodeIp) -> tuple[dict[str, str], 
 
 async def run_checks(plan: Plan, processes: list[ProcessSpec],
                      run_on: Callable[[str, list[str]], Awaitable[Result]],
-                     run_id: str = "") -> dict[str, dict[str, str]]:
+                     run_id: str = "", *,
+                     run_image: Callable[[str, list[str], float], Awaitable[Result]] | None = None,
+                     progress: Callable[[str], None] | None = None) -> dict[str, dict[str, str]]:
     """Run the script on every node in parallel (run_on(node, argv) runs it there: an srun step, an SSH
-    command). Raises PreflightError with every finding; returns facts: each node's RDMA NIC type
-    ("nic") and the address its peers must use, learned from the node itself ("node_ips"). `run_id`: this
-    launch's run, whose own processes (a Slurm node's step) are not another run's."""
+    command), then the checks inside the image (image_check.py) with run_image(node, argv, timeout), which may
+    pull it: container.pull_timeout_s each, `progress` told every PROGRESS_S which are still running. Raises
+    PreflightError with every finding; returns facts: each node's RDMA NIC type ("nic") and the address its
+    peers must use, learned from the node itself ("node_ips"). `run_id`: this launch's run, whose own
+    processes (a Slurm node's step) are not another run's."""
     from .engine_flags import cache_load, cache_save
 
     checks = checks_for(plan, processes)
     images = image_checks_for(plan, processes)
     cache = cache_load("image-checks") if images else {}
 
-    async def one(ch: NodeCheck | ImageCheck) -> None:
-        if isinstance(ch, ImageCheck) and isinstance(cache.get(ch.key), dict):
-            ch.result, ch.cached = cache[ch.key], True
-            return
-        res = await run_on(ch.node, command(ch, run_id) if isinstance(ch, NodeCheck) else ch.command())
+    async def one(ch: NodeCheck) -> None:
+        res = await run_on(ch.node, command(ch, run_id))
         ch.result = parse(res.stdout)
         if not res.ok and "preflight" not in ch.result:
             ch.result["error"] = f"exit {res.rc}: " + ((res.stderr or res.stdout).strip()[-300:] or "no output")
 
-    todo: list[NodeCheck | ImageCheck] = [*checks, *images]
-    await asyncio.gather(*(one(ch) for ch in todo))
+    await asyncio.gather(*(one(ch) for ch in checks))
+    unfit = {ch.node for ch in checks if ch.result.get("preflight") != "done" or ch.result.get("image") == "missing"}
+    images = [ch for ch in images if ch.node not in unfit]  # a missing image file is named once, by the node check
+    await _check_images(plan, images, cache, run_image or (lambda node, argv, _t: run_on(node, argv)), progress)
     findings = [f for ch in checks for f in findings_from(ch, plan.recipe.model.path)]
     image_errors = {ch.key: image_check_findings(ch) for ch in images}
-    passed = {ch.key: ch.result for ch in images if not ch.cached and not image_errors[ch.key]}
+    passed = {ch.key: ch.result for ch in images if ch.cacheable and not ch.cached and not image_errors[ch.key]}
     if passed:
         cache_save(passed, "image-checks")  # only what passed: a fixed image is checked again
     findings += [f for fs in image_errors.values() for f in fs]
@@ -415,5 +380,55 @@ async def run_checks(plan: Plan, processes: list[ProcessSpec],
     facts: dict[str, dict[str, str]] = {"nic": {ch.node: ch.result.get("nic", "none") for ch in checks},
                                         "node_ips": ips}
     if images:
-        facts["image_checks"] = {ch.image: "cached" if ch.cached else f"checked on {ch.node}" for ch in images}
+        done: dict[str, list[str]] = {}
+        for ch in images:
+            done.setdefault(ch.image, []).append("cached" if ch.cached else ch.node)
+        facts["image_checks"] = {img: "cached" if where == ["cached"] else f"checked on {', '.join(where)}"
+                                 for img, where in done.items()}
     return facts
+
+
+async def _check_images(plan: Plan, images: list[ImageCheck], cache: dict,
+                        run_image: Callable[[str, list[str], float], Awaitable[Result]],
+                        progress: Callable[[str], None] | None) -> None:
+    """The image checks in parallel, each up to container.pull_timeout_s (a pull), with a progress line every
+    PROGRESS_S naming the nodes still at it."""
+    timeout = plan.cluster.container.pull_timeout_s
+    running: set[str] = set()
+
+    async def one(ch: ImageCheck) -> None:
+        if ch.cacheable and isinstance(cache.get(ch.key), dict):
+            ch.result, ch.cached = cache[ch.key], True
+            return
+        running.add(ch.node)
+        try:
+            res = await run_image(ch.node, ch.command(), timeout)
+        finally:
+            running.discard(ch.node)
+        ch.result = parse(res.stdout)
+        if not res.ok and "preflight" not in ch.result:
+            said = (res.stderr or res.stdout).strip()
+            if res.rc == 124 and res.stderr.startswith("timed out"):
+                ch.result["error"] = f"no answer within {timeout:g} s (container.pull_timeout_s): {res.explain()}"
+            elif ch.runtime == "pyxis":
+                ch.result["error"] = pyxis_error(said)
+            else:
+                ch.result["error"] = f"exit {res.rc}: " + (said[-300:] or "no output")
+
+    if not images:
+        return
+    task = asyncio.gather(*(one(ch) for ch in images))
+    if progress:
+        img = images[0].image
+        progress(f"checking image {img} on {', '.join(sorted({ch.node for ch in images}))} "
+                 f"(up to {timeout:g} s: it may be pulled)")
+    t0 = asyncio.get_running_loop().time()
+    while True:
+        try:
+            async with asyncio.timeout(PROGRESS_S):
+                await asyncio.shield(task)
+            return
+        except TimeoutError:
+            if progress and running:
+                progress(f"image check still running on {', '.join(sorted(running))} after "
+                         f"{asyncio.get_running_loop().time() - t0:.0f} s (up to {timeout:g} s)")

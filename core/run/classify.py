@@ -64,6 +64,9 @@ WORKER_PATTERNS: list[tuple[re.Pattern, str, str]] = [
     (re.compile(r"^Traceback \(most recent call last\)|^[\w.]*(Error|Exception): "), "error", "exception"),
     # torch / HIP runtime messages
     (re.compile(r"out of memory|HIP error|hipErrorOutOfMemory", re.IGNORECASE), "error", "gpu"),
+    # uvicorn's Server.startup logs the OSError of asyncio's create_server (base_events.py: "[Errno 98] error while
+    # attempting to bind on address ('0.0.0.0', 8010): address already in use") and the server exits 1
+    (re.compile(r"error while attempting to bind on address"), "error", "bind"),
 ]
 
 # AToMesh: atom/mesh/src in ROCm/ATOM (pin and head); docs/log-patterns.md §3.

@@ -40,7 +40,8 @@ def own_check(line: str) -> bool:
     return bool(_OWN_CHECKS.search(line))
 
 
-def _last(p: ProcState) -> str:
+def last_words(p: ProcState) -> str:
+    """The line that says most about how a process is or ended: its last error line, else its last line."""
     for line in reversed(p.errors or []):
         return line.strip()[:160]
     for line in reversed(p.last_lines):
@@ -61,7 +62,7 @@ _MEANS = ((re.compile(r"address already in use", re.IGNORECASE),
            "the model path is not a model directory on the node, or not mounted in its container"))
 
 
-def _meaning(last: str) -> str:
+def meaning(last: str) -> str:
     for rx, means in _MEANS:
         if rx.search(last):
             return f" ({means})"
@@ -96,17 +97,31 @@ def _signame(num: int) -> str:
 
 def describe_proc(p: ProcState, now: float) -> str:
     if p.stage in HEALTH_STAGES and p.alive is not False:
-        return f"{p.name} on {p.node} {p.stage} for {_ago(p.since or now, now)}: {p.health_detail}; last: {_last(p)}"
+        return (f"{p.name} on {p.node} {p.stage} for {_ago(p.since or now, now)}: {p.health_detail}; "
+                f"last: {last_words(p)}")
     if p.alive is False or p.stage in TERMINAL:
         how = (p.exit_detail or (f"exit {p.exit_code}" if p.exit_code is not None else "gone")) + rank_death(p)
-        last = _last(p)
-        return f"{p.name} on {p.node} {how}; last: {last}{_meaning(last)}"
+        last = last_words(p)
+        return f"{p.name} on {p.node} {how}; last: {last}{meaning(last)}"
     if p.stage == "pending":
         return f"{p.name} on {p.node} not started yet"
     quiet = now - p.last_line_at if p.last_line_at else None
     stall = f", silent for {_ago(p.last_line_at, now)}" if quiet and quiet > STALL_AFTER_S else ""
     return (f"{p.name} on {p.node} alive, {p.stage.replace('_', ' ')} for {_ago(p.since or now, now)}{stall}; "
-            f"last: {_last(p)}")
+            f"last: {last_words(p)}")
+
+
+def parked_words(m: dict, short: bool = False) -> str:
+    """A decode's requests parked for their KV, from its latest metrics (watchers/pairs.py): "8 parked for KV,
+    oldest 12s, on prefill-0" (short: "8 parked 12s ← prefill-0", for a panel's row); "" when none is. The age
+    is as of the scrape (m["t"]), a lower bound: from when atomdeck first saw the request wait."""
+    n = m.get("parked") or 0
+    if not n:
+        return ""
+    age, on = m.get("parked_oldest_s"), m.get("parked_on")
+    if short:
+        return f"{n:.0f} parked" + (f" {age:.0f}s" if age is not None else "") + (f" ← {on}" if on else "")
+    return f"{n:.0f} parked for KV" + (f", oldest {age:.0f}s" if age is not None else "") + (f", on {on}" if on else "")
 
 
 def name_ranges(names: list[str]) -> str:
@@ -162,12 +177,24 @@ def _diagnose(s: RunState, now: float | None = None) -> Diagnosis:
                              pr.decode)
     failed_checks = [c for c in s.checks.values() if c.ok is False]
     sick = [f"node {n} is {detail or state}" for n, (state, detail, _) in s.conns.items() if state != "ok"]
+    sick += [f"{p.supervisor_gone} (on {p.node})" for p in s.procs.values()
+             if p.supervisor_gone and p.alive is not False and p.stage not in TERMINAL]
+    acting = [a for a in s.actions.values() if a.running and a.target in s.procs]
+    if acting and s.status in LIVE:
+        words = [f"{a.target} on {s.procs[a.target].node}: {a.kind} by {a.source}, {s.procs[a.target].action} "
+                 f"({_ago(a.started, now)})" for a in sorted(acting, key=lambda a: a.started)]
+        return Diagnosis(f"degraded: {words[0]}", [], words + [describe_proc(s.procs[a.target], now) for a in acting],
+                         acting[0].target)
     unwell = sorted((p for p in s.procs.values() if p.stage in HEALTH_STAGES), key=lambda p: p.since or now)
     if unwell:
         first = unwell[0]
         word = "degraded" if s.status in LIVE else s.status
         return Diagnosis(f"{word}: {describe_proc(first, now)}", [], [describe_proc(p, now) for p in unwell] +
                          sick, first.name)
+    parked = sorted((p for p in s.procs.values() if p.parked and p.alive is not False),
+                    key=lambda p: p.parked_data.get("since") or now)
+    if parked and s.status in LIVE:
+        return Diagnosis(f"degraded: {parked[0].parked}", [], [p.parked for p in parked] + sick, parked[0].name)
     if s.status in LIVE:
         if sick:
             return Diagnosis(f"serving: {s.readiness()}, but {sick[0]}", [], sick)

@@ -1,3 +1,4 @@
+# Long file: the one fold of every event kind into the run's state; its handlers share the state's parts
 """Events core emits and the run state they fold into; the console and the CLI render the state.
 
 The fold is pure: replaying a run's events.jsonl rebuilds the same state in any later session.
@@ -10,6 +11,8 @@ import time
 from collections import deque
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
+
+from .gpustate import NodeGpuState
 
 if TYPE_CHECKING:
     from ..design.commands import ProcessSpec
@@ -34,8 +37,9 @@ LIVE = ("serving", "degraded")  # the run was up; degraded = an endpoint is unre
 class Event:
     """One thing that happened. `kind` picks the part of the state it changes."""
 
-    kind: str  # proc.started | proc.stage | proc.health | proc.exit | proc.line | cell | pair | check | run |
-    # teardown | conn | note | metrics | storage
+    kind: str  # proc.started | proc.stage | proc.health | proc.exit | proc.line | proc.supervisor | cell | pair |
+    # proc.parked | check | run | teardown | conn | note | metrics | storage | action | proc.reset | proc.removed |
+    # proc.added | gpus
     name: str = ""  # the subject: a process, "node:port", "prefill-0>decode-0", a check, a node
     value: str = ""  # the new stage/state/result
     detail: str = ""  # human words: why, the log line, the error
@@ -86,6 +90,16 @@ class ProcState:
     health_from: str = ""  # the stage left for a health stage (unresponsive, stalled), restored on recovery
     health_detail: str = ""  # why it is unresponsive/stalled: what was asked, alive or not, its state on the node
     recovered: str = ""  # the last recovery, in words
+    restarts: int = 0  # times an action restarted it (issue 38)
+    action: str = ""  # the step of an action on it now, in words ("draining, 3 in flight"), "" when none
+    removed: bool = False  # taken out of the run by an action: no cell, pair or check of it counts
+    # its supervisor is gone while the engine lives on (the engine's own PID decides liveness): in words, and
+    # the engine's PID; "" while the supervisor is there
+    supervisor_gone: str = ""
+    engine_pid: int | None = None
+    # a decode's requests parked for their KV too long (watchers/pairs.py): in words, and its figures; "" when not
+    parked: str = ""
+    parked_data: dict = field(default_factory=dict)
 
     @property
     def order(self) -> tuple[str, ...]:
@@ -154,6 +168,36 @@ class CheckState:
 
 
 @dataclass
+class ActionState:
+    """One action on a live run (restart, remove, add), as its events tell it."""
+
+    id: str
+    kind: str
+    target: str
+    source: str = ""
+    started: float = 0.0
+    step: str = ""
+    detail: str = ""
+    since: float = 0.0
+    outcome: str = ""  # "" while it runs; done | failed | interrupted | rolled back
+    steps: list[tuple[float, str, str]] = field(default_factory=list)  # (when, step, words)
+
+    @property
+    def running(self) -> bool:
+        return not self.outcome
+
+
+ACTION_ENDS = ("done", "failed", "interrupted", "rolled back")
+
+
+def action_words(step: str, detail: str) -> str:
+    """A process's step as its row shows it: short ("draining, 3 in flight", "loading", "registered")."""
+    if step == "draining" and detail[:1].isdigit():
+        return f"draining, {detail.split(';')[0]}"
+    return {"smoke": "smoke request", "requested": "asked", "handshake": "KV pairs"}.get(step, step)
+
+
+@dataclass
 class RunState:
     run_id: str
     status: str = "launching"
@@ -170,6 +214,8 @@ class RunState:
     metrics: dict[str, dict] = field(default_factory=dict)  # endpoint -> latest values and rates
     # where atomdeck or a process cannot write ("run directory", "NODE:PATH" of a log) -> why, since when, the fix
     storage: dict[str, str] = field(default_factory=dict)
+    actions: dict[str, ActionState] = field(default_factory=dict)  # action id -> its story (issue 38)
+    gpus: dict[str, NodeGpuState] = field(default_factory=dict)  # node -> its GPUs' latest reading (gpustate.py)
 
     def apply(self, e: Event) -> bool:
         """Fold one event in. Returns True when the visible state changed."""
@@ -215,10 +261,41 @@ class RunState:
         p.health_from, p.health_detail, p.recovered = "", "", e.detail
         return True
 
+    def _on_proc_supervisor(self, e: Event) -> bool:
+        """value: gone (the engine lives on without it; data: engine_pid)."""
+        p = self.procs.get(e.name)
+        if p is None or p.stage in TERMINAL or p.supervisor_gone == e.detail:
+            return False
+        p.supervisor_gone, p.engine_pid = e.detail, e.data.get("engine_pid")
+        return True
+
+    def _on_proc_parked(self, e: Event) -> bool:
+        """value: parked (a request waits too long for its KV; data: count, since, prefill, req) | ok."""
+        p = self.procs.get(e.name)
+        if p is None:
+            return False
+        if e.value != "parked":
+            if not p.parked:
+                return False
+            p.parked, p.parked_data = "", {}
+            return True
+        if p.stage in TERMINAL or (p.parked == e.detail and p.parked_data == e.data):
+            return False
+        p.parked, p.parked_data = e.detail, dict(e.data)
+        return True
+
     def _on_metrics(self, e: Event) -> bool:
         """Latest metrics of one endpoint (values and derived rates); not persisted."""
         self.metrics[e.name] = dict(e.data)
         return True
+
+    def _on_gpus(self, e: Event) -> bool:
+        """A node's GPUs (value: the tool, detail: why they could not be read); not persisted."""
+        new = NodeGpuState.from_event(e.name, e.value, e.detail, e.data, e.t)
+        old = self.gpus.get(e.name)
+        self.gpus[e.name] = new
+        return old is None or (old.tool, old.error, old.gpus, old.foreign, old.holders) != \
+            (new.tool, new.error, new.gpus, new.foreign, new.holders)
 
     def _on_proc_error(self, e: Event) -> bool:
         p = self.procs.get(e.name)
@@ -308,6 +385,75 @@ class RunState:
         self.storage[e.name] = e.detail
         return True
 
+    def _on_action(self, e: Event) -> bool:
+        """A step of an action on a live run. value: its step (requested, draining, stopping, starting,
+        loading, registering, smoke, ... or an end: done, failed, interrupted, rolled back); data: id, kind,
+        source. The process shows the step while the action runs."""
+        aid = e.data.get("id") or f"{e.name}@{e.t}"
+        a = self.actions.get(aid)
+        if a is None:
+            a = self.actions[aid] = ActionState(aid, e.data.get("kind", "action"), e.name,
+                                                e.data.get("source", ""), e.t)
+        if a.step == e.value and a.detail == e.detail:
+            return False
+        a.step, a.detail, a.since = e.value, e.detail, e.t
+        a.steps.append((e.t, e.value, e.detail))
+        p = self.procs.get(e.name)
+        if e.value in ACTION_ENDS:
+            a.outcome = e.value
+            if p is not None:
+                p.action = ""
+                if e.value == "done" and a.kind == "restart":
+                    p.restarts += 1
+        elif p is not None:
+            p.action = action_words(e.value, e.detail)
+        return True
+
+    def _on_proc_reset(self, e: Event) -> bool:
+        """The process starts again (a restart): its stages, its cells and the pairs it is in start over."""
+        p = self.procs.get(e.name)
+        if p is None or (e.data.get("pid") and p.pid == e.data.get("pid") and p.stage not in TERMINAL):
+            return False
+        p.stage, p.since, p.stages = "pending", e.t, {}
+        p.alive, p.exit_code, p.exit_detail = None, None, ""
+        p.health_from, p.health_detail = "", ""
+        p.parked, p.parked_data = "", {}  # the old process's requests are gone with it
+        p.errors.clear()
+        for c in self.cells.values():
+            if c.owner == e.name:
+                c.state, c.since, c.was_open = "waiting", e.t, False
+        for pr in self.pairs.values():
+            if e.name in (pr.prefill, pr.decode):
+                pr.stage, pr.since, pr.failed = "waiting", e.t, ""
+        return True
+
+    def _on_proc_removed(self, e: Event) -> bool:
+        """Taken out of the run by an action: stopped, and no cell or pair of it counts any more."""
+        p = self.procs.get(e.name)
+        if p is None or p.removed:
+            return False
+        p.removed, p.action, p.alive = True, "", False
+        p.advance("stopped", e.t)
+        for key in [k for k, c in self.cells.items() if c.owner == e.name]:
+            del self.cells[key]
+        for key in [k for k, pr in self.pairs.items() if e.name in (pr.prefill, pr.decode)]:
+            del self.pairs[key]
+        return True
+
+    def _on_proc_added(self, e: Event) -> bool:
+        """A worker added to the live run: its process, its barrier cells and its pairs (data as fresh_state
+        gives them)."""
+        if e.name in self.procs and not self.procs[e.name].removed:
+            return False
+        d = e.data
+        self.procs[e.name] = ProcState(e.name, d.get("role", "decode"), d.get("node", ""))
+        for c in d.get("cells", []):
+            cell = CellState(c["node"], c["host"], c["port"], c["role"], c["kind"], c.get("owner"))
+            self.cells[cell.key] = cell
+        for pf, dc in d.get("pairs", []):
+            self.pairs[f"{pf}>{dc}"] = PairState(pf, dc)
+        return True
+
     def _on_note(self, e: Event) -> bool:
         self.notes.append((e.t, e.detail))
         return True
@@ -317,7 +463,7 @@ class RunState:
         """role -> (workers at http_up or later, workers)."""
         out: dict[str, tuple[int, int]] = {}
         for p in self.procs.values():
-            if p.role == "router":
+            if p.role == "router" or p.removed:
                 continue
             up, total = out.get(p.role, (0, 0))
             st = p.stage  # an unresponsive or stalled endpoint is not counted as up

@@ -33,7 +33,7 @@ from .snapshot import ProcSnap, Rank, Snapshot, group, name_peers, parse_node
 from .watchers.metrics import ATOM_NAMES, ROUTER_NAMES, atom_values, parse_wanted, router_values
 
 if TYPE_CHECKING:
-    from .run import Run
+    from .actor import Run
 
 SNAPSHOT_SCRIPT = script("snapshot")
 NODE_FANOUT = 16     # nodes asked at once (a 128-node run: 8 rounds, never 128 connections' worth of work at once)
@@ -68,18 +68,22 @@ async def take(run: Run, names: list[str] | None = None, *, spy_parallel: int = 
     """One snapshot of the named processes (every one by default)."""
     names = pick(run, names)
     t0, taken_at = time.monotonic(), time.time()
-    local = run.cluster.launcher == "local"
-    spy = local_pyspy() if local else ""
+    spy = local_pyspy() if run.cluster.launcher == "local" else ""
     spy_dir = f"{run.cluster.remote_dir}/bin"
     by_node: dict[str, list[str]] = {}
-    for n in names:
-        by_node.setdefault("this machine" if local else run.processes[n].node, []).append(n)
+    for n in names:  # (the local launcher's nodes too: one script each, as a cluster's, bounded the same way)
+        by_node.setdefault(run.processes[n].node, []).append(n)
     roles = {n: run.processes[n].role for n in names}
     procs = {n: ProcSnap(n, run.processes[n].node, run.processes[n].role) for n in names}
     nodes: dict[str, str] = {}
     pyspy: dict[str, str] = {}
     conns: list[tuple] = []
     gate = asyncio.Semaphore(node_fanout)
+
+    def unanswered(node: str, members: list[str], why: str) -> None:
+        nodes[node] = f"did not answer: {why}"
+        for n in members:
+            procs[n].error = f"{node} did not answer: {why}"
 
     async def one(node: str, members: list[str]) -> None:
         items = []
@@ -91,25 +95,25 @@ async def take(run: Run, names: list[str] | None = None, *, spy_parallel: int = 
             items.append(f"{n}:{h.pid}:{'native' if roles[n] == 'router' else 'python'}")
         if not items:
             return
-        where = run.processes[members[0]].node
         async with gate:
             try:
-                res = await run.launcher.node_run(where, ["sh", "-c", SNAPSHOT_SCRIPT, "snapshot", spy, spy_dir,
-                                                          str(spy_parallel), *items], timeout=NODE_TIMEOUT_S)
+                # (at nice 19: the node's engines, and on the local launcher the console, keep the CPU first)
+                res = await run.launcher.node_run(node, ["nice", "-n", "19", "sh", "-c", SNAPSHOT_SCRIPT, "snapshot",
+                                                         spy, spy_dir,
+                                                         str(spy_parallel), *items], timeout=NODE_TIMEOUT_S)
             except (TimeoutError, OSError, AtomdeckError) as e:
-                nodes[node] = f"did not answer: {e}"
-                for n in members:
-                    procs[n].error = f"{node} did not answer: {e}"
-                return
+                return unanswered(node, members, str(e))
         if not res.ok and "== node" not in res.stdout:
-            nodes[node] = f"did not answer: {res.explain()}"
-            for n in members:
-                procs[n].error = f"{node} did not answer: {res.explain()}"
-            return
-        facts, trees, node_conns = parse_node(res.stdout, roles)
+            err = (res.stderr or res.stdout).strip().splitlines()
+            return unanswered(node, members, f"its snapshot command exited {res.rc}: "
+                                             f"{err[-1] if err else '(no output)'}")
+        # (in a thread: a node's 8 ranks are ~50 KB of py-spy JSON, 128 nodes' are MBs; the console's loop keeps
+        # its keys while they are read)
+        facts, trees, node_conns = await asyncio.to_thread(parse_node, res.stdout, roles)
         nodes[node] = "ok"
         pyspy[node] = _pyspy_word(facts, trees)
-        conns.extend(node_conns)
+        mine = {r.pid for ranks in trees.values() for r in ranks}  # (a node's `ss` lists every process's)
+        conns.extend(c for c in node_conns if set(c[3]) & mine)
         for n in members:
             ranks = trees.get(n, [])
             if not ranks and not procs[n].error:
@@ -125,6 +129,7 @@ async def take(run: Run, names: list[str] | None = None, *, spy_parallel: int = 
         p.router_in_flight = in_flight.get(n)
         for r in p.ranks:
             r.connections = peers.get(r.pid, [])
+            r.cmdline = run.redact(r.cmdline)  # (an --api-key on a command line stays on the node)
         p.last_lines = [run.redact(line) for line in await _last_lines(run, n)]
     snap = Snapshot(run.id, taken_at, round(time.monotonic() - t0, 3), list(procs.values()), nodes, pyspy)
     snap.groups = group(snap.procs)
@@ -142,6 +147,12 @@ async def install_pyspy(run: Run, names: list[str] | None = None) -> list[str]:
         return [f"this machine: py-spy at {src} (nothing to copy)"]
     nodes = sorted({run.processes[n].node for n in pick(run, names)})
     dest = f"{run.cluster.remote_dir}/bin/py-spy"
+    if run.cluster.launcher == "slurm":  # one `sbcast` writes it on every node of the job (one per node raced)
+        try:
+            await run.launcher.put_file(nodes[0], src, dest)
+            return [f"{node}: py-spy copied to {dest}" for node in nodes]
+        except (OSError, AtomdeckError) as e:
+            return [f"{node}: could not copy py-spy to {dest}: {e}" for node in nodes]
 
     async def one(node: str) -> str:
         try:
@@ -161,7 +172,10 @@ def _pyspy_word(facts: dict[str, str], trees: dict[str, list[Rank]]) -> str:
                 "`atomdeck snapshot RUN --install-py-spy`")
     errors = [r.stack_error for ranks in trees.values() for r in ranks if r.stack_error.startswith("ptrace denied")]
     if errors:
-        return f"ptrace denied ({_ptrace_fix(facts)}): {errors[0]}"
+        hidden = not any(r.exe for ranks in trees.values() for r in ranks)
+        return (f"ptrace denied ({_ptrace_fix(facts)}): {errors[0].removeprefix('ptrace denied: ')}" +
+                ("; the same refusal hides their executables, wait channels, syscalls and which sockets are "
+                 "theirs (states, titles, threads and logs are shown)" if hidden else ""))
     return spy
 
 

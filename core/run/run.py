@@ -11,37 +11,38 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-import time
 from collections.abc import Awaitable, Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
-from ..config.cluster import Cluster, parse_cluster
+from ..config.cluster import Cluster
 from ..config.errors import AtomdeckError
-from ..config.recipe import Recipe, parse_recipe
+from ..config.recipe import Recipe
 from ..config.secrets import MASK, is_secret, redact_line
 from ..design.commands import ProcessSpec
-from ..design.inventory import Node
 from ..design.lint import Assessment
-from ..design.plan import Plan, Selection, build_plan, with_node_ips
+from ..design.plan import Plan, with_node_ips
 from ..design.workspace import Workspace, render_for_run
-from ..launch.base import Launcher, ProcHandle, StopReport, outlive_cancel
+from ..launch.base import Launcher, ProcHandle, outlive_cancel
 from ..launch.choose import launcher_for
 from ..remote.filetail import read_last_lines
-from ..remote.probes import tcp_probe
 from .barrier import BarrierProber
 from .checks import check_free
 from .diagnose import diagnose
 from .events import Event, RunState, fresh_state, replay
+from .intents import Intent, expected_exit
+from .intents import read_all as read_intents
 from .logspace import LogSpace
 from .rundir import RunDir
-from .runfiles import new_run_dir, record_facts, write_plan_files
+from .runfiles import added_event, design_from_disk, new_run_dir, record_facts, write_plan_files
+from .teardown import TeardownReport, teardown_run
 from .watchers import Watchers, keep_going, raise_open_files_limit
 
 DEFAULT_GRACE = 10.0
 PERSIST = {"proc.started", "proc.stage", "proc.health", "proc.exit", "proc.error", "cell", "pair", "check", "run",
-           "teardown", "conn", "note", "storage"}
+           "teardown", "conn", "note", "storage", "action", "proc.reset", "proc.removed", "proc.added",
+           "proc.supervisor", "proc.parked"}
 STORAGE_TICK_S = 2.0  # while watching: write what waits in an unwritable run directory, or find it unwritable
 LOG_SPACE_EVERY = 5  # ticks between checks of the log directories where they live (a command per node)
 
@@ -53,28 +54,9 @@ def make_launcher(cluster: Cluster, run_id: str, run_dir: str, meta: dict | None
     return launcher
 
 
-@dataclass
-class TeardownReport:
-    clean: bool
-    processes: list[StopReport] = field(default_factory=list)
-    open_ports: list[str] = field(default_factory=list)
-    released: list[str] = field(default_factory=list)
-
-    def lines(self) -> list[str]:
-        out = [f"{r.node:16} {r.name:12} {'gone' if r.ok else 'STILL RUNNING'}: {r.detail}" for r in self.processes]
-        out += [f"released: {x}" for x in self.released]
-        out += [f"port still open: {p}" for p in self.open_ports]
-        out.append("verified clean: every process gone, every port closed" if self.clean else "NOT clean")
-        return out
-
-    def to_json(self) -> dict:
-        return {"clean": self.clean, "processes": [asdict(r) for r in self.processes], "open_ports": self.open_ports,
-                "released": self.released}
-
-
 class Run:
     """One deployment, live or reattached. It HAS its watchers (run/watchers/: logs, barrier, pairs,
-    router, nodes, timeouts, binding, health, metrics), each a small object that reports by events."""
+    router, nodes, timeouts, binding, health, metrics, gpus), each a small object that reports by events."""
 
     def __init__(self, rd: RunDir, recipe: Recipe, cluster: Cluster, plan: Plan, processes: list[ProcessSpec],
                  launcher: Launcher, state: RunState):
@@ -262,15 +244,8 @@ class Run:
         """Reattach to a run from its directory (any session, any console)."""
         rd = RunDir.find(run_id)
         meta = rd.meta()
-        recipe = parse_recipe(rd.read_text("recipe.yaml"), str(rd.path / "recipe.yaml"))
-        cluster = parse_cluster(rd.read_text("cluster.yaml"), str(rd.path / "cluster.yaml"))
-        sel = rd.read_json("selection.json")
-        inventory = [Node(d["name"], d["addr"], tuple(d["states"]), d["gpus"], tuple(d["partitions"]), d["reason"])
-                     for d in rd.read_json("inventory.json")]
-        selection = Selection(tuple(sel["prefill"]), tuple(sel["decode"]), tuple(sel["workers"]), sel["router"])
-        plan = build_plan(recipe, cluster, inventory, selection, frozenset(sel.get("overrides", ())),
-                          meta.get("node_ips"))
-        processes = render_for_run(plan, None, rd.id, meta.get("job_id"), str(rd.path / "logs"))
+        plan, processes = design_from_disk(rd, meta)
+        recipe, cluster = plan.recipe, plan.cluster
         launcher = make_launcher(cluster, rd.id, str(rd.path), meta)
         state = replay(fresh_state(rd.id, plan, processes), rd.event_lines())
         run = cls(rd, recipe, cluster, plan, processes, launcher, state)
@@ -308,7 +283,8 @@ class Run:
         """Apply each event in order; the ones that changed the state and are kept go to events.jsonl in one
         write (a launch's 129 'started' were 129 opens and writes in the loop), then the listeners hear each."""
         changed = [e for e in events if self.state.apply(e)]
-        self.rd.append_events([e for e in changed if e.kind in PERSIST])
+        # (an action's step another session recorded and this one only saw in its record is not written again)
+        self.rd.append_events([e for e in changed if e.kind in PERSIST and not e.data.get("seen")])
         news = self.rd.news(self.state)  # the directory could not take them (or takes them again): said once
         if news is not None and self.state.apply(news):
             self.rd.append_events([news])
@@ -318,6 +294,41 @@ class Run:
             for e in changed:
                 for fn in list(self.listeners):
                     fn(e)
+
+    def expected_exit(self, name: str, pid: int | None = None) -> Intent | None:
+        """The action (of any session) stopping this process (`pid`: that one) on purpose now, if one is."""
+        return expected_exit(self.rd.path, name, pid)
+
+    def adopt_from_disk(self) -> builtins.list[str]:
+        """What other sessions' actions changed, read from the run directory: a worker added (the recorded
+        design now has it: the plan, its command, its state), a process started again (its handle file). Returns
+        the processes this session did not know."""
+        new: builtins.list[str] = []
+        meta = self.rd.meta()
+        if (self.rd.path / "recipe.yaml").exists():
+            try:
+                plan, processes = design_from_disk(self.rd, meta)
+            except AtomdeckError:
+                plan, processes = self.plan, list(self.processes.values())
+            for spec in processes:
+                if spec.name not in self.processes:
+                    self.plan = plan
+                    self.processes[spec.name] = spec
+                    new.append(spec.name)
+                    if spec.name not in self.state.procs:
+                        self.emit(added_event(plan, spec.name, seen=True))
+        for h in self.rd.handles():
+            if h.name in self.processes and (self.handles.get(h.name) is None or self.handles[h.name].pid != h.pid):
+                self.handles[h.name] = h
+        return new
+
+    def intents(self) -> dict[str, Intent]:
+        """Every action's record (running, ended, or cut short), by process."""
+        return read_intents(self.rd.path)
+
+    def saved_handle(self, name: str) -> ProcHandle | None:
+        """The process's handle as its file says now (a restart by any session writes a new one)."""
+        return self.rd.handle(name)
 
     def torn_down_elsewhere(self) -> bool:
         """Another session (a console, `atomdeck down`) is tearing this run down, or has."""
@@ -402,69 +413,8 @@ class Run:
     # ------------------------------------------------------------------------------------------ teardown
     async def teardown(self, grace: float | None = None) -> TeardownReport:
         """Stop every process (all at once), SIGKILL after the grace period, then verify: every process
-        gone, every port closed. Idempotent; safe when part of the run already died."""
-        grace = DEFAULT_GRACE if grace is None else grace
-        with self.rd.lock():
-            self.stopping = True
-            self.emit(Event("run", value="stopping", detail=f"grace {grace:g}s"))
-            self.rd.update_meta(status="stopping")
-
-            async def stop_one(h: ProcHandle) -> StopReport:
-                self.emit(Event("teardown", h.name, "stopping", f"on {h.node}"))
-                try:
-                    (rep,) = await self.launcher.stop([h], grace)
-                except Exception as e:  # one unreachable node must not stop the teardown of the others
-                    rep = StopReport(h.name, h.node, False, f"not verified: could not stop it on {h.node}: {e}; "
-                                     f"run `atomdeck down {self.id}` again once {h.node} answers")
-                self.emit(Event("teardown", h.name, "gone" if rep.ok else "left", rep.detail))
-                if rep.ok and self.state.procs.get(h.name) and self.state.procs[h.name].alive is not False:
-                    self.emit(Event("proc.exit", h.name, "stopped", rep.detail))
-                return rep
-
-            try:
-                reports = list(await asyncio.gather(*(stop_one(h) for h in self.handles.values())))
-                problems: list[str] = []
-                containers: dict[str, list[str]] = {}
-                for p in self.processes.values():
-                    if p.container:
-                        containers.setdefault(p.node, []).append(p.container)
-                if containers:  # before the allocation goes: Slurm reaches the nodes through it
-                    for done, line in await self.launcher.remove_containers(containers):
-                        self.emit(Event("teardown", "containers", "removed" if done else "left", line))
-                        if not done:
-                            problems.append(line)
-                try:
-                    released = await self.launcher.release(list(self.plan.selection.all()))
-                except Exception as e:
-                    released = []
-                    problems.append(f"the allocation was not released: {e}")
-                    self.emit(Event("teardown", "allocation", "left", problems[-1]))
-                return await self._verify_stopped(reports, released, "; ".join(problems))
-            except BaseException:  # interrupted or failed half-way: never leave the run "stopping"
-                self._set_status("dirty", "teardown interrupted; run `atomdeck down` again")
-                raise
-
-    async def _verify_stopped(self, reports: builtins.list[StopReport], released: builtins.list[str],
-                              problems: str) -> TeardownReport:
-        for r in released:
-            self.emit(Event("teardown", "allocation", "released", r))
-        ports = sorted({(p.node, p.host, port) for p in self.processes.values() for port in p.ports})
-        results = await asyncio.gather(*(tcp_probe(host, port, 1.0, self.launcher.probe_runner(node))
-                                         for node, host, port in ports))
-        still_open = [f"{node}:{port}" for (node, _, port), res in zip(ports, results) if res == "open"]
-        seen = {(node, port): res for (node, _, port), res in zip(ports, results)}
-        for c in self.state.cells.values():  # the barrier grid shows the ports closing
-            if (c.node, c.port) in seen:
-                self.emit(Event("cell", c.key, seen[(c.node, c.port)], data={"node": c.node, "port": c.port}))
-        for key in still_open:
-            self.emit(Event("teardown", key, "open", "port still accepting connections"))
-        clean = all(r.ok for r in reports) and not still_open and not problems
-        self._set_status("stopped" if clean else "dirty",
-                         "verified clean" if clean else f"not clean: {len(still_open)} port(s) open, "
-                         f"{sum(not r.ok for r in reports)} process(es) not verified gone"
-                         + (f"; {problems}" if problems else ""))
-        self.rd.update_meta(stopped=time.time())
-        return TeardownReport(clean, reports, still_open, released)
+        gone, every port closed. Idempotent; safe when part of the run already died (teardown.py)."""
+        return await teardown_run(self, DEFAULT_GRACE if grace is None else grace)
 
     async def close(self) -> None:
         self.save_offsets()

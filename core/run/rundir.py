@@ -83,7 +83,7 @@ class RunDir:
         try:
             root.mkdir(parents=True, exist_ok=True, mode=0o700)
             path.mkdir(mode=0o700)
-            for sub in ("procs", "logs"):
+            for sub in ("procs", "logs", "specs"):
                 (path / sub).mkdir(mode=0o700)
             _probe(path)
         except OSError as e:
@@ -215,6 +215,10 @@ class RunDir:
             except (ValueError, TypeError):
                 continue
         return out
+
+    def handle(self, name: str) -> ProcHandle | None:
+        """One process's handle as saved now (a restart writes a new one)."""
+        return next((h for h in self.handles() if h.name == name), None)
 
     def log_path(self, name: str) -> Path:
         return self.path / "logs" / f"{name}.log"

@@ -71,7 +71,10 @@ class Rank:
         if self.stack:
             return " <- ".join(f.name for f in self.stack[:depth])
         kernel = self.syscall or self.wchan
-        return f"({kernel})" if kernel else f"({self.stack_error or 'no stack'})"
+        if kernel:
+            return f"({kernel})"
+        why = "ptrace denied" if self.stack_error.startswith("ptrace denied") else self.stack_error or "no stack"
+        return f"({STATES.get(self.state, self.state)}; {why})" if self.state else f"({why})"
 
     def signature(self) -> tuple:
         return tuple((f.name, f.file) for f in self.stack) if self.stack else ("kernel", self.syscall, self.wchan)
@@ -205,9 +208,14 @@ def _read_spy(r: Rank, text: str, rc: int | None) -> None:
 
 
 def _spy_error(text: str, rc: int | None) -> str:
+    """py-spy's reason in a line. Denied, it prints a misleading "Failed to get process executable name. Check
+    that the process is running." with the cause under it ("0: Permission denied (os error 13)"): the cause is
+    what is said (tests/data/snapshot/pyspy-denied.txt is one)."""
     line = next((ln.strip() for ln in text.splitlines() if ln.strip().startswith("Error")), "")
-    if "Permission" in text or "Operation not permitted" in text:
-        return "ptrace denied: " + (line or text.strip()[:160])
+    if "Permission denied" in text or "Operation not permitted" in text:
+        cause = next((ln.strip().split(": ", 1)[-1] for ln in text.splitlines()
+                      if "Permission denied" in ln or "Operation not permitted" in ln), "")
+        return f"ptrace denied: py-spy: {cause}"
     if rc == 124:
         return "py-spy did not answer within 20 s"
     return line or text.strip()[:160] or f"py-spy exited {rc}"
@@ -224,7 +232,7 @@ def _classify(ranks: list[Rank], role: str) -> None:
     depth = {root.pid: 0}
     for r in ranks[1:]:
         depth[r.pid] = depth.get(r.ppid, 0) + 1 if r.ppid in pids else 1
-    python = [r for r in ranks[1:] if "python" in r.exe]
+    python = [r for r in ranks[1:] if "python" in r.exe or not r.exe]  # (no exe: ptrace denied, not readable)
     server = next((r for r in python if "openai_server" in r.cmdline), None)
     if role == "router":
         for r in ranks[1:]:
@@ -239,7 +247,7 @@ def _classify(ranks: list[Rank], role: str) -> None:
             r.kind, r.title = "EngineCore", cmd.split(" ")[0]
         elif re.match(r"\S*::(DP\d+)?TP\d+$", cmd.split(" ")[0] if cmd else ""):
             r.kind, r.title = "rank", cmd.split(" ")[0]
-        elif server is not None and r.ppid == server.pid and "python" in r.exe:
+        elif server is not None and r.ppid == server.pid and r in python:
             r.kind, r.title = "EngineCore", f"EngineCore {r.pid}"  # the pin: untitled
     cores = {r.pid for r in ranks if r.kind == "EngineCore"}
     for i, r in enumerate(sorted((r for r in ranks if r.kind == "other" and r.ppid in cores), key=lambda r: r.pid)):
@@ -276,9 +284,14 @@ def group(procs: list[ProcSnap]) -> list[Group]:
 
 
 def busy(p: ProcSnap) -> bool:
-    """Work is in flight to it: its own queues, or the router's count of requests it has relayed to it."""
-    return (p.queues.get("requests_running", 0) + p.queues.get("requests_waiting", 0) > 0
-            or (p.router_in_flight or 0) > 0)
+    """Work is in flight to it: its own queues (running + waiting, from its /metrics) when it serves them; else
+    the router's count of requests relayed to it. The router's count alone would call an idle prefill busy:
+    AToMesh's PD router holds the prefill's and the decode's load guards together until the whole request ends
+    (atom/mesh/src/routers/http_pd_router.rs, WorkerLoadGuard), so a prefill that finished its part still
+    counts while its decode hangs. At the pin (no /metrics) the router's count is all there is."""
+    if "requests_running" in p.queues or "requests_waiting" in p.queues:
+        return p.queues.get("requests_running", 0) + p.queues.get("requests_waiting", 0) > 0
+    return (p.router_in_flight or 0) > 0
 
 
 def compare(first: Snapshot, second: Snapshot) -> dict[str, list[str]]:
@@ -304,6 +317,17 @@ def compare(first: Snapshot, second: Snapshot) -> dict[str, list[str]]:
     return out
 
 
+_RANK = re.compile(r"(?:\S*::)?(DP\d+)?TP(\d+)|rank (\d+) \(pid \d+\)")
+
+
+def verdict(g: Group, moved: dict[str, list[str]]) -> str:
+    """A group's members' verdict in a comparison (compare): stuck, idle, moved or gone, "mixed" when they differ,
+    "" when none of them was compared."""
+    of = {k: v for v, keys in moved.items() for k in keys}
+    seen = {of[k] for k in (f"{g.process} {m}" for m in g.members) if k in of}
+    return "" if not seen else seen.pop() if len(seen) == 1 else "mixed"
+
+
 def fold_keys(keys: list[str]) -> str:
     """'decode-0 ATOM::TP0', 'decode-0 ATOM::TP1', 'prefill-0 server' -> 'decode-0 TP0–TP1; prefill-0 server'."""
     by: dict[str, list[str]] = {}
@@ -312,27 +336,33 @@ def fold_keys(keys: list[str]) -> str:
         by.setdefault(proc, []).append(label)
     parts = []
     for proc, labels in by.items():
-        ranks = [lab for lab in labels if re.fullmatch(r"(?:\S*::)?(DP\d+)?TP\d+", lab)]
+        ranks = [lab for lab in labels if _RANK.fullmatch(lab)]
         rest = [lab.removeprefix("ATOM::") for lab in labels if lab not in ranks]
         parts.append(f"{proc} " + ", ".join(([fold(ranks)] if ranks else []) + rest))
     return "; ".join(parts)
 
 
 def fold(labels: list[str]) -> str:
-    """'ATOM::TP0', ..., 'ATOM::TP6' -> 'TP0–TP6'; other labels as they are."""
+    """'ATOM::TP0', ..., 'ATOM::TP6' -> 'TP0–TP6'; the pin's untitled 'rank 0 (pid 41)', ... -> 'ranks 0–6' (one
+    alone keeps its pid: it is the one to look at); other labels as they are."""
     nums = []
     for lab in labels:
-        m = re.fullmatch(r"(?:\S*::)?(DP\d+)?TP(\d+)", lab)
+        m = _RANK.fullmatch(lab)
         if not m:
             return ", ".join(labels)
-        nums.append((m[1] or "", int(m[2])))
+        nums.append(("rank", int(m[3])) if m[3] is not None else (m[1] or "", int(m[2])))
+    if len(nums) == 1 and nums[0][0] == "rank":
+        return labels[0]
     out, i = [], 0
     nums.sort()
     while i < len(nums):
         j = i
         while j + 1 < len(nums) and nums[j + 1][0] == nums[i][0] and nums[j + 1][1] == nums[j][1] + 1:
             j += 1
-        a, b = f"{nums[i][0]}TP{nums[i][1]}", f"{nums[j][0]}TP{nums[j][1]}"
-        out.append(a if i == j else f"{a}–{b}")
+        if nums[i][0] == "rank":
+            out.append(f"rank {nums[i][1]}" if i == j else f"ranks {nums[i][1]}–{nums[j][1]}")
+        else:
+            a, b = f"{nums[i][0]}TP{nums[i][1]}", f"{nums[j][0]}TP{nums[j][1]}"
+            out.append(a if i == j else f"{a}–{b}")
         i = j + 1
     return ", ".join(out)

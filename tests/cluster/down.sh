@@ -4,11 +4,13 @@
 #   network namespace (job steps, ssh sessions, srun clients on the login host); slurmctld,
 #   slurmdbd, and munged / MariaDB only if up.sh started them; the accounting database and user;
 #   namespaces, veths, bridge; /etc/hosts block; /etc/slurm files (originals restored); paths
-#   up.sh created. Packages stay installed; $LAB keeps logs and keys (PURGE=1 deletes $LAB).
+#   up.sh created; enroot's containers and pyxis's runtime files (pyxis.sh). Packages stay installed; $LAB keeps
+#   logs, keys and the pyxis/enroot build (PURGE=1 deletes $LAB).
 # Exits 0 when nothing is up.
 set -uo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 source "$HERE/lib.sh"
+source "$HERE/pyxis.sh"
 [ "$(id -u)" = 0 ] || { echo "down.sh: must run as root" >&2; exit 2; }
 did=
 
@@ -38,6 +40,12 @@ for round in 1 2 3; do              # a dying job step can fork once more: look 
 done
 
 [ -n "$did" ] && t "lab hosts' processes stopped"
+# 2b. enroot's containers (named ones outlive their steps) and pyxis's imported images: state, not build
+if [ -d "$CT/state" ] || [ -d "$CT/pyxis-run" ]; then
+  for m in $(awk -v ct="$CT/" 'index($2, ct) == 1 {print $2}' /proc/self/mounts | sort -r); do umount -l "$m" 2>/dev/null; done
+  rm -rf "$CT/state" "$CT/pyxis-run"
+  t "enroot containers and pyxis runtime files removed"
+fi
 # 3. daemons on this machine (munged / MariaDB only if up.sh started them: pid file in $RUN)
 p=$(pids_in slurmctld.pid; pids_in slurmdbd.pid); [ -n "$p" ] && did=1; stop_pids $p
 [ -n "$did" ] && t "slurmctld + slurmdbd stopped"

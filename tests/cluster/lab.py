@@ -420,7 +420,7 @@ class Lab:
         pid = self.pid("slurmd", node)
         if pid is None:
             (self.root / "spool" / node).mkdir(parents=True, exist_ok=True)
-            self._start_daemon(node, ["/usr/sbin/slurmd", "-N", node])
+            self._start_daemon(node, ["/usr/sbin/slurmd", "-N", node], env=self.slurmd_env())
             pid = self._wait_pid("slurmd", node, timeout)
         if wait:
             self.wait_node_state(node, r"[a-z+]+", timeout)  # no '*' suffix: responding
@@ -442,7 +442,18 @@ class Lab:
             pid = self._wait_pid("sshd", host, timeout)
         return pid
 
-    def _start_daemon(self, host: str, argv: list[str]) -> None:
+    @property
+    def enroot_bin(self) -> Path:
+        """Where up.sh installs the enroot it builds (tests/cluster/pyxis.sh)."""
+        return self.root / "containers" / "enroot" / "bin"
+
+    def slurmd_env(self) -> dict[str, str]:
+        """slurmd's environment: pyxis runs `enroot` from slurmd's PATH, so enroot's bin goes first (as up.sh)."""
+        if not (self.enroot_bin / "enroot").exists():
+            return dict(DAEMON_ENV)
+        return {**DAEMON_ENV, "PATH": f"{self.enroot_bin}:{DAEMON_ENV['PATH']}"}
+
+    def _start_daemon(self, host: str, argv: list[str], env: Mapping[str, str] = DAEMON_ENV) -> None:
         with open(self.log_dir / "daemons.out", "ab") as out:
             proc = subprocess.run(
                 self.ns_argv(host, argv),
@@ -450,7 +461,7 @@ class Lab:
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=out,
-                env=DAEMON_ENV,
+                env=dict(env),
                 timeout=30,
             )
         if proc.returncode != 0:

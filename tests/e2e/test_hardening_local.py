@@ -29,7 +29,7 @@ def _cli(*args, **kw):
 
 
 def test_worker_crash_while_serving_is_reported_and_its_log_is_kept(runs):
-    ws = workspace(prefill__env={"ATOMSIM_CRASH_AFTER": "1.5"})
+    ws = workspace(prefill__env={"ATOMSIM_CRASH_AFTER_SERVED": "1.5"})
 
     async def go():
         run = await Run.launch(ws, ws.assess())

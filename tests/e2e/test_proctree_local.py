@@ -58,7 +58,7 @@ def test_every_rank_is_seen_and_ended_by_down(runs):
 
 
 def test_a_dead_rank_fails_its_worker_and_is_named(runs):
-    ws = workspace(decode__env={"ATOMSIM_CRASH_AFTER": "1", "ATOMSIM_CRASH_RANK": "TP3"})
+    ws = workspace(decode__env={"ATOMSIM_CRASH_AFTER_SERVED": "1", "ATOMSIM_CRASH_RANK": "TP3"})
 
     async def go():
         run = await Run.launch(ws, ws.assess())

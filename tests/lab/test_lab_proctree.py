@@ -73,7 +73,7 @@ def test_the_pins_orphans_outside_their_group_are_ended_by_down(lab, cluster):
 
 @pytest.mark.parametrize("cluster", ["lab", "lab-ssh"])
 def test_a_dead_rank_fails_its_worker_and_is_named(lab, cluster):
-    ws = workspace("demo-1p1d", cluster, decode__env={"ATOMSIM_CRASH_AFTER": "1", "ATOMSIM_CRASH_RANK": "TP3"})
+    ws = workspace("demo-1p1d", cluster, decode__env={"ATOMSIM_CRASH_AFTER_SERVED": "1", "ATOMSIM_CRASH_RANK": "TP3"})
 
     async def go():
         run, state = await up(ws)

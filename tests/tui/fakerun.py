@@ -74,15 +74,16 @@ def _worker_log(spec, lines: str) -> list[str]:
 def fake_run(scenario: str = "serving", recipe: str = "demo-1p1d", run_id: str | None = None) -> Run:
     """scenario: serving | hung (decode never binds) | crashed (decode exits 3 while loading) |
     starting (halfway up) | degraded (serving with metrics, then decode-0 frozen: unresponsive) |
-    matrix (serving, with a made-up 16x16 pair set, three pairs failed: the handshake matrix)."""
+    matrix (serving, with a made-up 16x16 pair set, three pairs failed: the handshake matrix) | parked (serving
+    with metrics, then decode-0's requests parked for their KV from prefill-0, 12 s: degraded)."""
     ws = load_workspace(recipe, "local")
     ws.inventory = ws.cluster.static_inventory()
     a = ws.assess()
     plan = a.plan
-    run_id = run_id or f"20250101-115845-{recipe}-{ {'serving': 'a1b2', 'hung': 'c3d4', 'crashed': 'e5f6', 'degraded': 'g7h8', 'matrix': 'i9j0'}.get(scenario, '0000')}"
+    run_id = run_id or f"20250101-115845-{recipe}-{ {'serving': 'a1b2', 'hung': 'c3d4', 'crashed': 'e5f6', 'degraded': 'g7h8', 'matrix': 'i9j0', 'parked': 'k1l2'}.get(scenario, '0000')}"
     T0 = LAUNCHED.timestamp()  # local time, like the app's clock
     status = {"serving": "serving", "crashed": "failed", "degraded": "degraded",
-              "matrix": "serving"}.get(scenario, "starting")
+              "matrix": "serving", "parked": "degraded"}.get(scenario, "starting")
     diagnosis = {"serving": "serving: 1/1P 1/1D router serving; smoke 8 tokens",
                  "crashed": "decode-0 on demo-n02 exited 3; last: torch.OutOfMemoryError: HIP out of memory "
                             "during cudagraph capture. Tried to allocate 1.50 GiB."}.get(scenario, "")
@@ -135,7 +136,7 @@ def fake_run(scenario: str = "serving", recipe: str = "demo-1p1d", run_id: str |
         from atomdeck.core.run.diagnose import diagnose
 
         at(0.76, "run", value="failed", detail=diagnose(run.state, T0 + 0.76).headline)
-    live = scenario in ("serving", "degraded", "matrix")
+    live = scenario in ("serving", "degraded", "matrix", "parked")
     if scenario == "matrix":
         for k, pr in enumerate(run.state.pairs.values()):
             stage = "transferred" if k % 7 else "ports_reachable"
@@ -166,6 +167,31 @@ def fake_run(scenario: str = "serving", recipe: str = "demo-1p1d", run_id: str |
         for p in workers:
             at(1.25, "proc.stage", p.name, "serving")
         at(1.26, "run", value="serving", detail="serving: 1/1P 1/1D router serving; smoke 8 tokens")
+    if scenario == "parked":  # the KV path broke after serving: decode-0's requests wait for prefill-0's KV
+        import math
+
+        for name, src in (("prefill-0", "atom"), ("decode-0", "atom"), ("router", "mesh")):
+            key = {"prefill-0": "prompt_tok_s", "decode-0": "gen_tok_s", "router": "req_s"}[name]
+            scale = {"prefill-0": 2400.0, "decode-0": 310.0, "router": 3.1}[name]
+            hist = [round(scale * (0.55 + 0.4 * math.sin(i / 4.0)), 2) for i in range(40)]
+            hist[-6:] = [0.0] * 6
+            data = {"source": src, "t": T0 + 70, key: hist[-1], "history": {key: hist}}
+            if src == "atom":
+                data |= {"requests_running": 0, "requests_waiting": 0, "prompt_tok_s": 0.0,
+                         "kv_cache_usage_ratio": 0.21 if name == "decode-0" else 0.08}
+                if name == "decode-0":
+                    data |= {"parked": 8, "parked_oldest_s": 12.0, "parked_on": "prefill-0", "parked_by": "log",
+                             "parked_req": "212"}
+            else:
+                data |= {"router_requests": 220, "router_errors": 0, "errors_by_type": {}, "responses_by_status":
+                         {"200": 212}}
+            at(70.0, "metrics", name, src, **data)
+        at(61.0, "proc.parked", "decode-0", "parked", "decode-0 on demo-n02: 8 requests parked for KV, the oldest "
+           "for 3s+, waiting on prefill-0 (127.0.0.11:6301-6308); req 212 got no write-done", count=8,
+           since=T0 + 58.0, prefill="prefill-0", req="212")
+        from atomdeck.core.run.diagnose import diagnose
+
+        at(61.1, "run", value="degraded", detail=diagnose(run.state, T0 + 61.1).headline)
     if scenario == "degraded":
         import math
 

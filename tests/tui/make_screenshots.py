@@ -209,11 +209,43 @@ def _teardown(finished: bool) -> Step:
                     if c.owner == name:
                         run.emit(Event("cell", key, "refused", t=t + 0.2))
         if finished:
+            gpus = f"VRAM back to baseline on every GPU ({8 * len(run.plan.nodes)} GPUs on {len(run.plan.nodes)} nodes)"
+            run.emit(Event("teardown", "gpus", "baseline", gpus, t=t + 0.3))
             run.emit(Event("run", value="stopped", detail="verified clean", t=t + 0.3))
-            live.report = TeardownReport(True, [StopReport(n, run.handles[n].node, True, "SIGTERM") for n in names])
+            live.report = TeardownReport(True, [StopReport(n, run.handles[n].node, True, "SIGTERM") for n in names],
+                                         gpus=gpus)
             live.teardown_running = False
         app.push_screen(TeardownScreen(live))
     return _run("serving", then)
+
+
+def _gpus(orphan: bool = False, then: Step | None = None) -> Step:
+    """The run's GPU readings (as core/run/watchers/gpus.py reports them): each worker's 8 GPUs hold 0.85 of
+    288 GiB; with `orphan`, the decode has died and its GPUs stay held by the pin's orphans (#1511)."""
+    async def step(pilot) -> None:
+        from atomdeck.core.run.events import Event
+        from atomdeck.core.run.gpustate import expected_gpus
+
+        run = pilot.app.live.run
+        owners = expected_gpus(run.plan)
+        t = CLOCK.timestamp()
+        for node in run.plan.nodes:
+            mine = {k: v for k, (n, v) in owners.items() if n == node.name}
+            held = {i for v in mine.values() for i in v}
+            gpus = [[i, 282 + 250675 if i in held else 282, 294912, 37.0 if i in held else 0.0,
+                     624.0 if i in held else 180.0, 52.0 if i in held else 38.0] for i in range(8)]
+            dead = orphan and any(k.startswith("decode") for k in mine)
+            foreign = sorted(held) if dead else []
+            holders = [[i, 48120 + i, f"ATOM::TP{i}", 250675] for i in foreign]
+            if dead:
+                for name in mine:
+                    run.emit(Event("proc.exit", name, "failed", "killed by SIGKILL", {"code": -9}, t=t))
+            run.emit(Event("gpus", node.name, "amd-smi", "", {"gpus": gpus, "foreign": foreign, "holders": holders,
+                                                            "owners": mine}, t=t))
+        await pilot.pause()
+        if then is not None:
+            await then(pilot)
+    return step
 
 
 async def _runs(pilot) -> None:
@@ -280,10 +312,107 @@ def _launching_run(seconds: int) -> Step:
     return shot
 
 
+def _snapshot(compared: bool, *keys: str) -> Step:
+    """The Snapshot view over the hung run, with core's snapshots of a real hung 1P1D run (fakesnap.py): the first
+    only, or compared with the one 2 s later; then `keys`."""
+    async def then(pilot) -> None:
+        try:
+            from .fakesnap import fake_snapshots
+        except ImportError:  # run as a script
+            from fakesnap import fake_snapshots  # type: ignore[no-redef]
+        from atomdeck.tui.screens.snapshot import SnapshotScreen
+
+        app = pilot.app
+        live = app.live
+        shots = fake_snapshots(live.id, CLOCK.timestamp() - 2, str(live.run.rd.path))
+        app.push_screen(SnapshotScreen(live, shots if compared else shots[:1]))
+        await pilot.pause()
+        await pilot.press(*keys)
+    return _run("hung", then)
+
+
 def _keys(*keys: str) -> Step:
     async def step(pilot) -> None:
         await pilot.press(*keys)
     return step
+
+
+# A restart of prefill-1 of a serving 2P1D as core's events tell it (issue 38): the steps up to `until`.
+ACTION_STEPS = [("requested", "by console on ops-1 (pid 4242)"), ("draining", "removing it from the router"),
+                ("draining", "3 in flight"), ("drained", "nothing in flight"),
+                ("stopping", "the same verified stop as a teardown, for this process's whole tree"),
+                ("stopped", ""), ("starting", "on demo-n02"), ("loading", "pid 51207 on demo-n02"),
+                ("loading", "kv registered (pid 51207)"), ("ready", "port open, /health 200 (pid 51207)"),
+                ("handshake", "1 KV pair(s) checked again from the consumers' nodes"),
+                ("registering", "POST /workers http://127.0.0.12:8010 (prefill)"),
+                ("registered", "router id 6230557b-6472-4e08-82b2-fca006f94fc6"),
+                ("smoke", "completions through the router until this worker served one"),
+                ("done", "serving again after 6.3s")]
+
+
+def _acting(until: str, kind: str = "restart", target: str = "prefill-1") -> Step:
+    async def then(pilot) -> None:
+        from atomdeck.core.run.diagnose import diagnose
+        from atomdeck.core.run.events import Event
+
+        run = pilot.app.live.run
+        t = CLOCK.timestamp() - 8
+        data = {"id": "a1b2c3d4e5f6", "kind": kind, "source": "console on ops-1 (pid 4242)"}
+        steps = ACTION_STEPS if kind == "restart" else ACTION_STEPS[:6] + [("done", "removed after 1.2s; 1 "
+                                                                                   "prefill(s) serve")]
+        for i, (step, detail) in enumerate(steps):
+            run.emit(Event("action", target, step, detail, data, t=t + i * 0.4))
+            if step == "stopped":
+                run.emit(Event("proc.exit", target, "stopped", "SIGTERM, gone in 0.1s: stopped for the restart",
+                               t=t + i * 0.4))
+                for key, c in run.state.cells.items():
+                    if c.owner == target:
+                        run.emit(Event("cell", key, "refused", t=t + i * 0.4))
+                if kind == "remove":
+                    run.emit(Event("proc.removed", target, "", "removed by console on ops-1", t=t + i * 0.4))
+            if step == "loading" and detail.startswith("pid"):
+                run.emit(Event("proc.reset", target, "", "started again (pid 51207)", {"pid": 51207}, t=t + i * 0.4))
+                run.emit(Event("proc.started", target, "", "pid 51207 on demo-n02", {"pid": 51207}, t=t + i * 0.4))
+                run.emit(Event("proc.stage", target, "loading", t=t + i * 0.4 + 0.1))
+            if step == "loading" and detail.startswith("kv"):
+                run.emit(Event("proc.stage", target, "kv_registered", t=t + i * 0.4))
+            if step == "ready":
+                for key, c in run.state.cells.items():
+                    if c.owner == target:
+                        run.emit(Event("cell", key, "open", t=t + i * 0.4))
+                run.emit(Event("proc.stage", target, "http_up", t=t + i * 0.4))
+            if step == "handshake":  # the pair watcher sees both sides again, the action waits for it
+                for key, pr in run.state.pairs.items():
+                    if target in (pr.prefill, pr.decode):
+                        run.emit(Event("pair", key, "both_registered", t=t + i * 0.4))
+                        run.emit(Event("pair", key, "ports_reachable", t=t + i * 0.4 + 0.1))
+            if step == "registered":
+                run.emit(Event("proc.stage", target, "registered", t=t + i * 0.4))
+            if step == "done" and kind == "restart":
+                for key, pr in run.state.pairs.items():
+                    if target in (pr.prefill, pr.decode):
+                        run.emit(Event("pair", key, "transferred", t=t + i * 0.4))
+            if step == "smoke":
+                run.emit(Event("proc.stage", target, "serving", t=t + i * 0.4))
+            if step == until:
+                break
+        st = run.state
+        running = any(a.running for a in st.actions.values())
+        run.emit(Event("run", value="degraded" if running else "serving",
+                       detail=diagnose(st).headline if running else f"serving again: {st.readiness()}",
+                       t=t + 7))
+        await pilot.pause()
+    return _run("serving", then, recipe="demo-2p1d")
+
+
+def _ask(key: str, row: int = 1) -> Step:
+    """On the served 2P1D: the cursor on the `row`-th process, then the action's key: the confirmation."""
+    async def then(pilot) -> None:
+        for _ in range(row):
+            await pilot.press("down")
+        await pilot.press(key)
+        await pilot.pause(0.5)
+    return _run("serving", then, recipe="demo-2p1d")
 
 
 SHOTS: dict[str, tuple[dict, tuple[int, int], Step]] = {
@@ -318,6 +447,7 @@ SHOTS: dict[str, tuple[dict, tuple[int, int], Step]] = {
     "27-run-degraded-100x30": ({}, SMALL, _run("degraded")),
     "28-run-pair-matrix-16x16": ({}, BIG, _run("matrix", _focus_pairs)),
     "29-run-pair-matrix-100x30": ({}, SMALL, _run("matrix", _focus_pairs)),
+    "30-run-kv-parked": ({}, BIG, _run("parked")),
     "30-run-128-nodes": ({}, BIG, _scale()),
     "31-run-128-nodes-100x30": ({}, SMALL, _scale()),
     "32-run-128-nodes-handshake-100x30": ({}, SMALL, _scale(_focus_pairs)),
@@ -328,10 +458,25 @@ SHOTS: dict[str, tuple[dict, tuple[int, int], Step]] = {
                                   _launching("Slurm job 48213 is PENDING (Resources); waiting up to 120 s for it "
                                              "to start", 37)),
     "36-launch-counting-100x30": ({}, SMALL, _launching_run(2)),
-    "37-bench-invalid-step": ({}, BIG, _bench_trouble),
-    "38-bench-invalid-step-100x30": ({}, SMALL, _bench_trouble),
-    "39-sweep-layouts": ({}, BIG, _sweep),
-    "40-sweep-layouts-100x30": ({}, SMALL, _sweep),
+    "37-snapshot-hung-rank": ({}, BIG, _snapshot(False)),
+    "38-snapshot-compared-stacks": ({}, BIG, _snapshot(True, "enter")),
+    "39-snapshot-compared-100x30": ({}, SMALL, _snapshot(True)),
+    "40-run-gpus": ({}, BIG, _run("serving", _gpus())),
+    "41-run-gpus-100x30": ({}, SMALL, _run("serving", _gpus())),
+    "42-nodes-gpus-orphan": ({}, BIG, _run("serving", _gpus(orphan=True, then=_keys("1")))),
+    "43-nodes-gpus-orphan-100x30": ({}, SMALL, _run("serving", _gpus(orphan=True, then=_keys("1")))),
+    "44-run-gpus-orphan-100x30": ({}, SMALL, _run("serving", _gpus(orphan=True))),
+    "45-action-restart-confirm": ({}, BIG, _ask("R")),
+    "46-action-restart-draining": ({}, BIG, _acting("draining")),
+    "47-action-restart-loading": ({}, BIG, _acting("loading")),
+    "48-action-restart-registered-100x30": ({}, SMALL, _acting("registered")),
+    "49-action-restart-done": ({}, BIG, _acting("done")),
+    "50-action-removed-100x30": ({}, SMALL, _acting("done", kind="remove")),
+    "51-action-add-confirm-100x30": ({}, SMALL, _ask("A", 0)),
+    "57-bench-invalid-step": ({}, BIG, _bench_trouble),
+    "58-bench-invalid-step-100x30": ({}, SMALL, _bench_trouble),
+    "59-sweep-layouts": ({}, BIG, _sweep),
+    "60-sweep-layouts-100x30": ({}, SMALL, _sweep),
 }
 
 

@@ -68,7 +68,7 @@ async def test_every_cell_of_the_demo_is_drawn_as_rich_draws_it():
                 assert line is not None, text
                 assert [line] == _rich(text, width, table.cell_padding, app.console)
                 checked += 1
-        assert checked == 6 * 8
+        assert checked == 6 * 9
         assert str(table.get_cell("demo-n04", "pick")) == "●1"
 
 

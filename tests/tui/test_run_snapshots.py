@@ -105,6 +105,12 @@ def test_run_view_degraded_with_serving_panel(snap_compare):
     assert snap_compare(make_app(), terminal_size=BIG, run_before=_show("degraded"))
 
 
+def test_run_view_kv_parked_with_serving_panel(snap_compare):
+    """Issue 44.3: the KV path broke after serving: decode-0's row in the Serving panel says 8 parked for KV, the
+    oldest's age and the prefill it waits on (core's figures), in the error colour; DEGRADED names both."""
+    assert snap_compare(make_app(), terminal_size=BIG, run_before=_show("parked"))
+
+
 def test_run_view_pair_matrix_small_terminal(snap_compare):
     """Issue 14: 256 pairs as a prefill x decode matrix with the failing pairs listed, at 100x30."""
     async def focus(pilot, run):

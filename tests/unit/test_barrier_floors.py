@@ -356,3 +356,37 @@ def test_a_closed_port_nobody_expects_is_left_to_the_table_not_to_connects(monke
         assert connects == 1  # the first look only
     else:
         assert connects >= 10
+
+
+def test_the_cells_due_together_on_a_node_are_probed_together(hourly):
+    """Issue 44.3: a node's 8 handshake ports whose packets were dropped were probed one after another, 3 s
+    each (1 s, and the retry's 2 s): the last one 24 s after the first. The cells due at once are now probed
+    at once (up to AT_ONCE): all 8 connects are in flight before any of them is let through."""
+    socks = [bound_port() for _ in range(8)]
+    cells = [CellState("n1", "127.0.0.1", s.getsockname()[1], "prefill", "handshake", "prefill-0") for s in socks]
+
+    async def main():
+        gate = Gate()
+        results: list[str] = []
+        prober = BarrierProber(cells, runner_for=lambda n: gate, expected_soon=lambda c: False,
+                               owner_alive=lambda c: True, on_result=lambda c, r: results.append(r))
+        task = asyncio.create_task(prober.run_node("n1"))
+        await asyncio.wait_for(gate.arrived.wait(), WAIT)
+        for _ in range(20):  # a few turns of the loop: every connect that is started together has entered
+            await asyncio.sleep(0)
+        entered = gate.entered
+        for _ in cells:
+            gate.passes.release()
+        while len(results) < len(cells):
+            await asyncio.sleep(0.01)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        return entered, results
+
+    try:
+        entered, results = asyncio.run(main())
+    finally:
+        for s in socks:
+            s.close()
+    assert entered == len(cells)
+    assert results == ["refused"] * len(cells)

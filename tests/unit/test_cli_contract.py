@@ -42,6 +42,8 @@ def test_runs_json_is_an_object_holding_a_list():
     (["logs", "no-such-run"], "input", 2),
     (["nodes", "--no-such-flag"], "usage", 2),
     (["logs"], "usage", 2),
+    (["runs", "stray"], "usage", 2),
+    (["snapshot", "no-such-run", "--no-bundle", "decode-0"], "input", 2),  # processes may follow the options
     (["up", "demo-1p1d", "--nodes", "demo-n06,demo-n01"], "lint", 1),
 ])
 def test_errors_under_json_are_json_on_stdout_with_the_same_exit_code(args, kind, code):

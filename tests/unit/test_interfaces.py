@@ -28,7 +28,8 @@ def test_the_interfaces_are_protocols():
 def test_every_launcher_fits_the_launcher_protocol(tmp_path):
     for cls in (LocalLauncher, SshLauncher, SlurmLauncher):
         assert issubclass(cls, LauncherBase)
-        attributes = {"kind", "on_facts", "on_progress", "on_started"}  # (set per instance: make_launcher, Run.launch)
+        attributes = {"kind", "on_facts", "on_progress", "on_started",  # (set per instance: make_launcher, Run.launch)
+                      "container_runtime"}
         missing = [m for m in protocol_members(Launcher) - attributes if not callable(getattr(cls, m, None))]
         assert not missing, (cls, missing)
         for m in protocol_members(Launcher) - attributes:

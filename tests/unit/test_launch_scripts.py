@@ -14,7 +14,7 @@ import tomllib
 import uuid
 
 import pytest
-from atomdeck.core.launch import base, slurm, slurm_node, ssh
+from atomdeck.core.launch import base, slurm, slurm_node, slurm_pyxis, ssh
 from atomdeck.core.launch.base import script
 from atomdeck.core.run import forensics, inuse
 
@@ -27,10 +27,11 @@ def test_the_scripts_are_package_data_and_each_is_used():
     data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
     assert "scripts/*.sh" in data["atomdeck.core.launch"]
     assert {p.stem for p in SCRIPTS} == {"supervisor", "wait", "stop", "sweep", "poll", "slurm-sweep", "already",
-                                         "slurm-node", "slurm-stop", "slurm-start", "slurm-release", "marked", "snapshot"}
+                                         "slurm-node", "slurm-stop", "slurm-start", "slurm-release", "marked", "snapshot",
+                                         "pyxis-clean"}
     loaded = {base.SUPERVISOR, ssh.WAIT_SCRIPT, ssh.STOP_SCRIPT, ssh.SWEEP_SCRIPT, ssh.POLL_SCRIPT, slurm.SWEEP_SCRIPT,
               ssh.ALREADY_SCRIPT, slurm_node.NODE_SCRIPT, slurm_node.STOP_SCRIPT, slurm_node.START_SCRIPT,
-              slurm.RELEASE_SCRIPT, inuse.MARKED_SCRIPT, forensics.SNAPSHOT_SCRIPT}
+              slurm.RELEASE_SCRIPT, inuse.MARKED_SCRIPT, forensics.SNAPSHOT_SCRIPT, slurm_pyxis.PYXIS_CLEAN_SCRIPT}
     assert loaded == {script(p.stem) for p in SCRIPTS}
 
 

@@ -40,7 +40,8 @@ def test_findings_name_the_node_and_the_problem():
         "preflight-model": "model path /it-share/data/DeepSeek-V4-Pro is missing on g02",
         "preflight-ports": "port(s) 8020 already in use on g02",
         "preflight-runtime": "the worker's runtime cannot start on g02: docker: the Docker daemon is not reachable",
-        "preflight-gpu": "card0 on g02 already uses 37% VRAM (a leftover process?)",
+        "preflight-gpu": "1/2 GPUs on g02 already hold VRAM (GPU 0; up to 37%, by rocm-smi): another job, or a "
+                         "leftover process",
     }
     assert findings_from(NodeCheck("g03", [], "", ""), "m")[0].rule == "preflight"  # no output at all
 
@@ -203,3 +204,46 @@ def test_inside_the_image_runs_once_per_image_through_docker(tmp_path, monkeypat
     assert [f.message for f in image_check_findings(low)] == [
         "the open-files limit inside image rocm/atom:v1 is 8192 on mia1-p01-g01 (docker run --ulimit "
         "nofile=1048576:1048576 --ulimit nofile=8192:8192); Mooncake needs 9000"]
+
+
+def test_busy_gpus_refuse_the_node_by_amd_smis_memory_numbers():
+    """amd-smi's metric JSON (tests/data/smi, from amdsmi 24.7's source): a GPU at 90 % VRAM refuses the node."""
+    from pathlib import Path
+
+    metric = (Path(__file__).resolve().parent.parent / "data" / "smi" / "amd-smi-24.7-metric.json").read_text()
+    ch = NodeCheck("g04", [], "", "")
+    ch.result = parse("preflight=done\ngpu_tool=amd-smi\ngpu_json=" + metric.replace("\n", "") + "\n")
+    (f,) = findings_from(ch, "m")
+    assert f.rule == "preflight-gpu" and f.node == "g04"
+    assert f.message == ("1/1 GPUs on g04 already hold VRAM (up to 90%, 259 GB, by amd-smi): another job, "
+                         "or a leftover process")
+
+
+def test_the_script_reads_the_simulated_amd_smi_and_a_held_gpu_refuses_the_node(tmp_path):
+    """The pre-flight script itself, with the simulator's amd-smi first on its path: a process holding 100 GiB on
+    GPUs 2 and 3 (another job) makes the node refuse; without it the node passes."""
+    from atomdeck.core.config.paths import sim_shim_dir
+
+    shim = sim_shim_dir()
+    env = {"PATH": "/usr/bin:/bin", "ATOMSIM_GPU_DIR": str(tmp_path), "ATOMSIM_NODE_IP": "127.0.41.1",
+           "PYTHONPATH": str(shim)}
+
+    def findings():
+        out = subprocess.run(["sh", "-c", SCRIPT, "pf", "", "", "", "", "run", "", str(shim / "bin")], env=env,
+                             capture_output=True, text=True, timeout=30).stdout
+        ch = NodeCheck("n1", [], "", "")
+        ch.result = parse(out)
+        assert ch.result["gpu_tool"] == "amd-smi", out
+        return [f.message for f in findings_from(ch, "m") if f.rule == "preflight-gpu"]
+
+    assert findings() == []
+    hog = subprocess.Popen(["python3", "-c", "import atomsim_boot; atomsim_boot.ensure(); import sys; "
+                            "from atomdeck.sim.gpus import hold_main; sys.exit(hold_main(sys.argv[1:]))",
+                            "--gpus", "2-3", "--gb", "100"], env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        assert hog.stdout.readline().strip() == "holding"
+        assert findings() == ["2/8 GPUs on n1 already hold VRAM (GPU 2, 3; up to 35%, 100 GB, by amd-smi): another "
+                              "job, or a leftover process"]
+    finally:
+        hog.kill()
+        hog.wait()

@@ -162,12 +162,13 @@ def test_a_process_that_cannot_start_is_an_error_and_the_others_start(tmp_path):
 
 
 def test_a_supervisor_killed_by_a_signal_says_so_to_any_later_session(tmp_path):
-    """Its supervisor killed, nothing wrote the exit-code file; the starter writes 128+N there before it
-    reaps it, so a launcher that did not start it (another console, `atomdeck status`) still learns how."""
+    """Its process group killed (supervisor and engine), nothing wrote the exit-code file; the starter writes
+    128+N there before it reaps it, so a launcher that did not start it (another console, `atomdeck status`)
+    still learns how. (A supervisor killed alone, its engine living on: tests/unit/test_orphaned_engine.py.)"""
     launcher = LocalLauncher(RUN, str(tmp_path))
     (h,) = asyncio.run(launcher.start_many([spec("worker-k", ["sleep", "30"])]))
     try:
-        os.kill(h.pid, signal.SIGKILL)
+        os.killpg(h.pid, signal.SIGKILL)
         first = asyncio.run(launcher.wait(h))
         later = asyncio.run(LocalLauncher(RUN, str(tmp_path)).poll(h))
     finally:

@@ -76,8 +76,8 @@ def test_role_args_srt_slurm_manages_are_refused(role_extra, key, words):
 
 @pytest.mark.parametrize("role_extra, key, words", [
     ("    extra_args: [--x]\n", "roles.decode.extra_args", "never reads extra_args"),
-    ("    critical: false\n", "roles.decode.critical", "issue 38"),
-    ("    restart: {max: 2}\n", "roles.decode.restart", "issue 38"),
+    ("    critical: maybe\n", "roles.decode.critical", "true or false"),
+    ("    restart: {max: 2, sometimes: 1}\n", "roles.decode.restart.sometimes", "Extra inputs"),
     ("    env: {NODE: 'n{node_id}'}\n", "roles.decode.env.NODE", "{node}"),
     ("    surprise: 1\n", "roles.decode.surprise", "unknown"),
 ])
@@ -88,6 +88,24 @@ def test_role_keys_refused_by_name(role_extra, key, words):
 
 def test_critical_true_is_what_atomdeck_does():
     assert import_text(BASE + "    critical: true\n", "r.yaml").recipe is not None
+
+
+def test_critical_false_and_the_restart_policy_of_srt_slurm_451_are_carried_and_exported_back():
+    """srt-slurm's roles.<role>.critical (PR #450) and restart (PR #451, its string or mapping form) are atomdeck's
+    own: the same keys, the same meaning."""
+    from atomdeck.core.config.srtslurm_export import export_recipe
+
+    text = BASE + "    critical: false\n    restart:\n      policy: always\n      max_restarts: 5\n" \
+                  "      backoff_seconds: 10\n      max_backoff_seconds: 120\n"
+    r = import_text(text, "r.yaml").recipe
+    assert r is not None and r.decode.critical is False
+    assert (r.decode.restart.policy, r.decode.restart.max_restarts, r.decode.restart.max_backoff_seconds) == \
+        ("always", 5, 120)
+    assert r.prefill.critical and r.prefill.restart is None
+    short = import_text(BASE + "    restart: on-failure\n", "r.yaml").recipe
+    assert short.decode.restart.policy == "on-failure" and short.decode.restart.max_restarts == 3
+    exported = export_recipe(r).text()
+    assert "critical: false" in exported and "policy: always" in exported and "max_restarts: 5" in exported, exported
 
 
 def test_layouts_atomdeck_cannot_reproduce_are_refused():

@@ -41,6 +41,18 @@ class NodesScreen(TypeAhead, DesignScreen):
     def on_mount(self) -> None:
         self.query_one("#filter", Input).display = False
         self.query_one(NodeTable).focus()
+        self.set_interval(2.0, self._gpus_changed)  # the run's GPU readings come every 5-16 s
+
+    def _run_gpus(self) -> dict:
+        live = self.console.live
+        return live.run.state.gpus if live is not None else {}
+
+    def _gpus_changed(self) -> None:
+        gpus = self._run_gpus()
+        mark = tuple((n, g.since) for n, g in gpus.items())
+        if mark != getattr(self, "_gpu_mark", ()) and self.is_current:
+            self._gpu_mark = mark
+            self.render_design()
 
     @property
     def table(self) -> NodeTable:
@@ -49,7 +61,7 @@ class NodesScreen(TypeAhead, DesignScreen):
     def render_design(self) -> None:
         app = self.console
         ws = app.workspace
-        self.table.show(ws.inventory, ws.cluster, app.design, app.assessment, self.filter_text)
+        self.table.show(ws.inventory, ws.cluster, app.design, app.assessment, self.filter_text, self._run_gpus())
         self.query_one("#nodes-summary", Static).update(self._summary())
         self._show_status()
         self.query_one(FindingsView).show(app.assessment.findings)
@@ -74,6 +86,11 @@ class NodesScreen(TypeAhead, DesignScreen):
                    style="bold")
         out.append("\n")
         out.append(app.inventory_status(), style="dim")
+        flags = [f"{n}: {ns.flag()}" for n, ns in sorted(self._run_gpus().items()) if ns.flag()]
+        for line in flags[:3]:  # memory held by no process of the run (issue 42; ROCm/ATOM #1511)
+            out.append("\n▲ " + line, style="bold")
+        if len(flags) > 3:
+            out.append(f"\n▲ and {len(flags) - 3} more nodes whose GPUs hold memory", style="bold")
         return out
 
     # -- filter -------------------------------------------------------------------------------
@@ -103,7 +120,7 @@ class NodesScreen(TypeAhead, DesignScreen):
     def _redraw_table(self) -> None:
         app = self.console
         self.table.show(app.workspace.inventory, app.workspace.cluster, app.design, app.assessment,
-                        self.filter_text)
+                        self.filter_text, self._run_gpus())
 
     def on_virtual_table_row_highlighted(self, event: NodeTable.RowHighlighted) -> None:
         node = event.key

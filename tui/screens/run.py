@@ -346,8 +346,20 @@ class RunScreen(PacedRunView):
         if name:
             self.console.runs.open_logs([name])
 
+    def action_snapshot(self) -> None:
+        from .snapshot import open_snapshot
+
+        open_snapshot(self.app)
+
     def action_teardown(self) -> None:
         self.console.runs.request_teardown()
+
+    def action_act(self, kind: str) -> None:
+        """Restart or remove the process under the cursor (core's action; the console asks first)."""
+        self.console.runs.request_action(kind, self.query_one(ProcessTable).current)
+
+    def action_add(self, role: str) -> None:
+        self.console.runs.request_action("add", role=role)
 
     def action_panel(self, box_id: str) -> None:
         """Bring a panel into view (top of the scrolled area); a scrolling panel also takes the focus so

@@ -136,6 +136,9 @@ class TeardownScreen(ModalScreen[None]):
                 continue
             if key == "allocation":
                 rows.append(("", "allocation", Text(f"✓ {value} {detail}", style=ok)))
+            elif key == "gpus":  # VRAM back to baseline, or what still holds it (core/run/watchers/gpus.py)
+                rows.append(("", "GPUs", Text(f"{'✓' if value == 'baseline' else '×'} {detail}",
+                                              style=ok if value == "baseline" else err)))
             elif value == "open":
                 node, _, port = key.rpartition(":")
                 rows.append((node, f"port {port}", Text(f"× {detail}", style=err)))
@@ -172,9 +175,13 @@ class TeardownScreen(ModalScreen[None]):
                 by_node.setdefault(p.node, []).extend(p.ports)
             out.append("\n  ports checked closed: " + " · ".join(f"{n} {port_ranges(ports)}"
                                                                 for n, ports in by_node.items()), style="dim")
+            if report.gpus:
+                out.append(f"\n✓ {report.gpus}", style=ok)
             return out
         out = Text(f"\n× NOT clean: {len(report.open_ports)} port(s) open, "
                    f"{sum(not r.ok for r in report.processes)} process(es) left", style=err)
+        if report.gpus.startswith("VRAM not back"):
+            out.append(f"\n× {report.gpus}", style=err)
         out.append(f"\n  try again with D, or `atomdeck down {live.id}`", style="dim")
         return out
 

@@ -1,4 +1,5 @@
-"""The cluster's nodes: state, GPUs, partition, why a node may not be used, and its role."""
+"""The cluster's nodes: state, GPUs (and, while a run is attached, their free VRAM), partition, why a node may not be
+used, and its role."""
 
 from __future__ import annotations
 
@@ -11,12 +12,13 @@ from ...core.design.draft import Design
 from ...core.design.inventory import Node
 from ...core.design.lint import Assessment
 from ...core.design.plan import node_verdict
+from ...core.run.gpustate import NodeGpuState, node_cell
 from ..gc_steward import settle_gc
 from .vtable import VirtualTable
 
 FREEZE_AT = 500  # nodes
 COLUMNS = [("pick", "#"), ("node", "NODE"), ("addr", "ADDR"), ("state", "STATE"), ("gpus", "GPUS"),
-           ("partition", "PARTITION"), ("role", "ROLE"), ("why", "WHY NOT / REASON")]
+           ("vram", "VRAM"), ("partition", "PARTITION"), ("role", "ROLE"), ("why", "WHY NOT / REASON")]
 
 
 class NodeTable(VirtualTable):
@@ -37,6 +39,7 @@ class NodeTable(VirtualTable):
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id, zebra_stripes=True)
         self.verdicts: dict[str, str] = {}
+        self._gpus: dict[str, NodeGpuState] = {}
         self.shown: list[str] = []  # node names currently listed, in order
         self._cells_key: tuple = ()
         self._node_rows: list[tuple[str, list[Text]]] = []  # every node's row, made once per inventory
@@ -52,13 +55,16 @@ class NodeTable(VirtualTable):
         return self.cursor_key
 
     def show(self, nodes: list[Node], cluster: Cluster, design: Design, assessment: Assessment,
-             filter_text: str = "") -> None:
+             filter_text: str = "", gpus: dict[str, NodeGpuState] | None = None) -> None:
         """Rows for the nodes matching the filter. The cells are computed once per inventory/design/
         assessment and reused while the filter is typed; when the matching set does not change the
         table is left alone (2,000 nodes stay responsive)."""
         # the App's version changes with every design, assessment, inventory or theme change
-        key = (getattr(self.app, "version", None), id(nodes), len(nodes), id(cluster))
+        gpus = gpus or {}
+        key = (getattr(self.app, "version", None), id(nodes), len(nodes), id(cluster),
+               tuple((n, g.since) for n, g in gpus.items()))  # a new GPU reading (every few seconds in a run)
         if key != self._cells_key:
+            self._gpus = gpus
             sel = assessment.selection
             self.verdicts = {n.name: node_verdict(n, cluster) for n in nodes}
             rows = [(n.name, self._cells(n, design, sel)) for n in nodes]
@@ -105,10 +111,13 @@ class NodeTable(VirtualTable):
             why = Text(f"▲ overridden: {verdict}", style=self._role("warning"))
         else:
             why = Text(verdict or n.reason, style=dim)
-        plain = [pick, n.name, n.addr, n.state, str(n.gpus), ",".join(n.partitions)]
+        ns = self._gpus.get(n.name)
+        plain = [pick, n.name, n.addr, n.state, str(n.gpus), node_cell(ns), ",".join(n.partitions)]
         cells = [Text(c, style=dim) for c in plain]
         cells[0].stylize("bold")
-        cells[4].justify = "right"
+        cells[4].justify = cells[5].justify = "right"
+        if ns is not None and ns.foreign:  # memory held by no process of the run: another job, or an orphan
+            cells[5] = Text(f"▲ {len(ns.foreign)}/{len(ns.gpus)} held", style=self._role("warning"))
         return [*cells, role_text if not dim else Text(role, style="dim"), why]
 
     def _role(self, role: str) -> Style:

@@ -1,4 +1,5 @@
-"""Every process of the run: role, node, stage, time in that stage, alive or how it ended.
+"""Every process of the run: role, node, stage, time in that stage, alive or how it ended, its GPUs (count, VRAM
+used, GFX activity, from the run's GPU readings).
 
 Rows are keyed by process name and updated in place (the cursor and scroll stay put while the run
 changes under them). Enter on a row opens that process's log (the run screen handles it).
@@ -10,13 +11,14 @@ from rich.style import Style
 from rich.text import Text
 
 from ...core.run.events import ROUTER_STAGES, TERMINAL, WORKER_STAGES, ProcState, RunState
+from ...core.run.gpustate import gpus_cell, proc_gpus
 from ..formatting import ago, words
 from .vtable import VirtualTable
 
 BOLD = Style(bold=True)
 NO_STYLE = Style()
 COLUMNS = [("name", "PROCESS"), ("role", "ROLE"), ("node", "NODE"), ("stage", "STAGE"), ("bar", "PROGRESS"),
-           ("since", "IN STAGE"), ("alive", "ALIVE / EXIT"), ("pid", "PID")]
+           ("since", "IN STAGE"), ("alive", "ALIVE / EXIT"), ("pid", "PID"), ("gpus", "GPUS")]
 SINCE = 5  # the time-in-stage cell's column
 
 
@@ -88,8 +90,9 @@ class ProcessTable(VirtualTable):
         styles = tuple(color(name) for name in ("error", "ok", "warning", p.role))
         since = ago(now - p.since) if p.since else ""
         stages = tuple(p.stages) if p.stage in TERMINAL else ()
+        gpus = gpus_cell(proc_gpus(state.gpus, p.node, p.name)) if state.gpus else ""
         key = (p.role, p.node, p.stage, p.up_stage, stages, p.alive, p.exit_code, p.exit_detail,
-               state.teardown.get(p.name), pid, styles)
+               state.teardown.get(p.name), pid, styles, p.action, p.restarts, p.removed, gpus)
         hit = self._rows.get(p.name)
         if hit is not None and hit[0] == key:
             if hit[1][SINCE].plain == since:
@@ -97,7 +100,7 @@ class ProcessTable(VirtualTable):
             cells = list(hit[1])
             cells[SINCE] = _since(since)
         else:
-            cells = self._cells(p, state, now, pid, styles)
+            cells = self._cells(p, state, now, pid, styles) + [Text(gpus, justify="right")]
         self._rows[p.name] = (key, cells)
         return cells
 
@@ -110,6 +113,8 @@ class ProcessTable(VirtualTable):
         if p.alive is False:
             code = p.exit_code
             end = f"exit {code}" if code is not None else (p.exit_detail or "gone")
+            if p.removed:  # the stage says removed; how it was stopped is in its log and the actions
+                end = "stopped"
             alive = Text(f"× {end}" if p.stage == "failed" else f"■ {end}",
                          style=BOLD + err if p.stage == "failed" else "dim")
         elif p.alive:
@@ -121,8 +126,15 @@ class ProcessTable(VirtualTable):
             word = down.split(":", 1)[0]
             alive = Text({"stopping": "… stopping", "gone": "■ gone", "left": "× STILL RUNNING"}.get(word, word),
                          style={"gone": "dim", "left": BOLD + err}.get(word, warn))
-        return [Text(p.name, style=BOLD + color), Text(p.role, style=color), Text(p.node), Text(words(p.stage),
-                style=stage_style), _bar(p), _since(since), alive,
+        stage = Text(words(p.stage), style=stage_style)
+        if p.action:  # an action on it now (restart, remove): its step, as core's state says it
+            stage = Text(p.action, style=BOLD + warn)
+        elif p.removed:
+            stage = Text("removed", style="dim")
+        name = Text(p.name, style=BOLD + color)
+        if p.restarts:
+            name.append(f" ⟳{p.restarts}", style="dim")
+        return [name, Text(p.role, style=color), Text(p.node), stage, _bar(p), _since(since), alive,
                 Text(str(pid) if pid else "", style="dim", justify="right")]
 
     def _color(self, name: str) -> Style:

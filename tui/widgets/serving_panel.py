@@ -1,8 +1,10 @@
 """Serving: live metrics per endpoint, drawn from core's RunState.metrics (the metrics watcher's latest
 values and rates). One row per endpoint with a sparkline of its recent rate (prompt tok/s for a
 prefill, generation tok/s for a decode, req/s for the router; the router's active requests on a
-worker without /metrics), its running/waiting requests and KV cache use; the router's error counters
-under them. Hidden while no metrics came (a run still starting, an older ATOM and no router port)."""
+worker without /metrics), its running/waiting requests and KV cache use, and a decode's requests parked
+for their KV with the oldest one's age (core's figures: the row in the error colour while core says they wait
+too long); the router's error counters under them. Hidden while no metrics came (a run still starting, an
+older ATOM and no router port)."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from textual.strip import Strip
 from textual.widget import Widget
 from textual.widgets import Static
 
+from ...core.run.diagnose import parked_words
 from ...core.run.events import HEALTH_STAGES, RunState
 from .quiet import update_quietly
 
@@ -237,7 +240,7 @@ class ServingPanel(Vertical):
         for name in self.rows:
             p = state.procs[name]
             m = state.metrics.get(name, {})
-            sick = p.stage in HEALTH_STAGES
+            sick = p.stage in HEALTH_STAGES or bool(p.parked)  # (parked: core says its requests wait too long)
             hit = memo.get(name)
             if hit is not None and hit[0] is m and hit[1] == (sick, p.role):
                 rows.append(hit[2])  # the same scrape as drawn (core replaces an endpoint's dict at each scrape)
@@ -248,7 +251,8 @@ class ServingPanel(Vertical):
             words = f"{value:,.0f} {unit}" if unit != "active" else f"{value:.0f} active"
             if unit == "req/s":
                 words = f"{value:.2f} {unit}"
-            row = (name, sick, tuple(data), f"{words} · {row_words(p.role, m)}")
+            parked = parked_words(m, short=True)  # a decode's requests parked for their KV first: they matter most
+            row = (name, sick, tuple(data), f"{words} · {parked + ' · ' if parked else ''}{row_words(p.role, m)}")
             if m:
                 memo[name] = (m, (sick, p.role), row)
             rows.append(row)

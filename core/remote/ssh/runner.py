@@ -189,14 +189,27 @@ class SshRunner(Runner):
 
     async def put(self, src: str, dest: str, mode: int = 0o755) -> None:
         """Over SFTP on the pooled connection: written beside `dest`, then renamed (no half file is ever used)."""
+        import os
+
+        import asyncssh
+
+        from ...config.errors import AtomdeckError
+
         conn = await self.connection.get()
-        part = f"{dest}.part"
-        with _mapped(self.connection, f"copying {src} to {self.where}:{dest}"):
+        # a name of its own: remote_dir is often a shared file system, where every node's copy is the same file
+        part = f"{dest}.part-{os.getpid()}-{os.urandom(4).hex()}"
+        what = f"copying {src} to {self.where}:{dest}"
+        with _mapped(self.connection, what):
             async with conn.start_sftp_client() as sftp:
-                await sftp.makedirs(posixpath.dirname(dest) or ".", exist_ok=True)
-                await sftp.put(src, part)
-                await sftp.chmod(part, mode)
-                await sftp.posix_rename(part, dest)
+                try:
+                    await sftp.makedirs(posixpath.dirname(dest) or ".", exist_ok=True)
+                    await sftp.put(src, part)
+                    await sftp.chmod(part, mode)
+                    await sftp.posix_rename(part, dest)
+                except asyncssh.SFTPError as e:
+                    with contextlib.suppress(asyncssh.SFTPError):
+                        await sftp.remove(part)
+                    raise AtomdeckError(f"{what} failed: {e.reason or e}") from None
 
     async def close(self) -> None:
         """Give back this runner's share of the pooled connection (closed when nobody uses it)."""

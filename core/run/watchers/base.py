@@ -17,8 +17,10 @@ from ..events import CellState, Event, RunState
 
 if TYPE_CHECKING:
     from ...config.recipe import Recipe
+    from ...design.commands import ProcessSpec
     from ...design.plan import Plan
     from ...launch.base import Launcher, ProcHandle
+    from ..intents import Intent
 
 
 class RunHost(Protocol):
@@ -28,9 +30,11 @@ class RunHost(Protocol):
     recipe: Recipe
     launcher: Launcher
     handles: dict[str, ProcHandle]
+    processes: dict[str, ProcessSpec]
     offsets: dict[str, int]
     stopping: bool
     line_listeners: list[Callable[[str, str], None]]
+    listeners: list[Callable[[Event], None]]
 
     def emit(self, e: Event) -> None: ...
 
@@ -43,6 +47,14 @@ class RunHost(Protocol):
     def save_offsets(self) -> None: ...
 
     def torn_down_elsewhere(self) -> bool: ...
+
+    def expected_exit(self, name: str, pid: int | None = None) -> Intent | None: ...
+
+    def saved_handle(self, name: str) -> ProcHandle | None: ...
+
+    def intents(self) -> dict[str, Intent]: ...
+
+    def adopt_from_disk(self) -> list[str]: ...
 
     def redact(self, line: str) -> str: ...
 
@@ -66,6 +78,15 @@ class WatcherGroup(Protocol):
 
     def settle(self) -> None: ...
 
+    def adopt(self, names: list[str]) -> None: ...
+
+    @property
+    def policy(self) -> _Policy: ...
+
+
+class _Policy(Protocol):  # policy.py's RestartPolicyWatcher
+    def on_exit(self, name: str, code: int | None, why: str) -> bool: ...
+
 
 class _Barrier(Protocol):  # ports.py's BarrierWatcher
     def wake(self, node: str | None) -> None: ...
@@ -85,6 +106,10 @@ class _Pairs(Protocol):  # pairs.py's HandshakeWatcher
     def on_line(self, name: str, role: str, value: str, line: str) -> None: ...
 
     async def checks(self) -> None: ...
+
+    def again(self, name: str) -> None: ...
+
+    def parked(self, decode: str, count: float | None, now: float) -> dict: ...
 
 
 class _Health(Protocol):  # health.py's ServingHealth

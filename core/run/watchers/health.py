@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 
 from ...remote.node_probes import processes_on_node, worst
 from ...remote.probes import HttpClient, HttpResult
-from ..events import HEALTH_STAGES, LIVE, TERMINAL, Event
+from ..events import HEALTH_STAGES, LIVE, TERMINAL, Event, ProcState
 from .base import RunHost
 
 if TYPE_CHECKING:
@@ -122,7 +122,7 @@ class ServingHealth:
             t0 = time.monotonic()
             p = self.run.state.procs.get(ep.name)
             if not (self.run.state.status in LIVE and p is not None and p.stage not in TERMINAL
-                    and p.alive is not False):
+                    and p.alive is not False and came_up(p)):
                 await asyncio.sleep(EVERY_S)
                 continue
             wait = self.due_in(ep.name, t0)
@@ -136,7 +136,8 @@ class ServingHealth:
         """One bounded pass over every endpoint (for `atomdeck status`): one miss is enough to look."""
         if self.run.state.status not in LIVE:
             return
-        eps = [ep for ep in self.endpoints() if self.run.state.procs[ep.name].stage not in TERMINAL]
+        eps = [ep for ep in self.endpoints() if self.run.state.procs[ep.name].stage not in TERMINAL
+               and came_up(self.run.state.procs[ep.name])]
         try:
             await asyncio.gather(*(self.check(ep, 1) for ep in eps))
         finally:
@@ -235,3 +236,10 @@ class ServingHealth:
 
 def unhealthy(run: RunHost) -> list[str]:
     return [p.name for p in run.state.procs.values() if p.stage in HEALTH_STAGES]
+
+
+def came_up(p: ProcState) -> bool:
+    """Its port answered once since it (last) started: a process loading again after a restart is not asked for
+    its health, it is not up yet (its start is watched as a launch's is)."""
+    order = p.order
+    return p.up_stage in order and order.index(p.up_stage) >= order.index("http_up")

@@ -10,14 +10,16 @@ from typing import TYPE_CHECKING
 from ...config.errors import AtomdeckError
 from ...config.secrets import nothing_to_mask
 from ..classify import classify, says_nothing
+from ..diagnose import diagnose
 from ..events import TERMINAL, Event
 from .base import RunHost, cancel_all, keep_going
 
 if TYPE_CHECKING:
-    from ...launch.base import ProcHandle
+    from ...launch.base import ProcHandle, ProcStatus
     from .base import WatcherGroup as Watchers  # (the package imports this module)
 
-YEAR = 3600 * 24 * 365
+HANDLE_POLL_S = 0.2  # a process stopped by an action: how often its handle file is read for the new process
+ORPHAN_POLL_S = 1.0  # an engine whose supervisor is gone, where its launcher's wait() returns at once
 
 
 class LogWatcher:
@@ -26,30 +28,108 @@ class LogWatcher:
         self.group = group
 
     async def watch_proc(self, name: str) -> None:
+        """Follow one process until the watch ends: its log, and how it ended. A process an action stops on
+        purpose (a restart, by this session or another: core/run/intents.py) is "stopped", not failed, and the
+        new process the action starts is followed in its place."""
         run = self.run
-        h = run.handles[name]
+        while True:
+            h = run.handles[name]
+            p = run.state.procs[name]
+            if h.pid and p.pid != h.pid and p.stage in TERMINAL and not p.removed:
+                # an action started it again while no session watched (its session was killed): follow it
+                run.emit(Event("proc.reset", name, "", f"started again (pid {h.pid})", {"pid": h.pid}))
+                run.emit(Event("proc.started", name, "", f"pid {h.pid} on {h.node}", {"pid": h.pid}))
+            new = await self._follow(name, h)
+            if new is None:
+                if run.handles[name].pid != h.pid:
+                    continue  # this session's action started it again (an added worker back in its slot)
+                return
+            run.handles[name] = new
+            run.emit(Event("proc.reset", name, "", f"started again (pid {new.pid})", {"pid": new.pid}))
+            run.emit(Event("proc.started", name, "", f"pid {new.pid} on {new.node}", {"pid": new.pid}))
+            self.group.pairs.again(name)
+
+    async def _follow(self, name: str, h: ProcHandle) -> ProcHandle | None:
+        """One process's life; the handle of the process an action started in its place, if one did."""
+        run = self.run
         tail = asyncio.create_task(keep_going(run.emit, f"reading {name}'s log", lambda: self.tail(name, h)))
         try:
             p = run.state.procs[name]
             if p.alive is False and p.stage in TERMINAL:
-                await asyncio.sleep(YEAR)  # already over: keep the tail only
+                return await self._started_again(name, h)  # already over: the tail, until one starts in its place
             status = await run.launcher.wait(h)
+            while status.alive:  # its supervisor is gone and the engine lives on: its own end is waited for
+                self.supervisor_gone(name, status)
+                before = time.monotonic()
+                status = await run.launcher.wait(h)
+                if status.alive and time.monotonic() - before < ORPHAN_POLL_S:
+                    await asyncio.sleep(ORPHAN_POLL_S)  # a launcher that cannot wait on it: polled
             # read the log to its end first: the last lines usually say why it ended
             await cancel_all([tail])
             await self.drain(name, h, idle=0.15 if h.launcher != "ssh" else 0.6)
             last = list(run.state.procs[name].last_lines)[-10:]
             if not run.stopping and run.torn_down_elsewhere():
                 run.stopping = True
-            value = "stopped" if run.stopping else "failed"
-            detail = status.detail if status.exit_code != 0 or run.stopping else "exited 0 unexpectedly"
+            if run.state.procs[name].pid not in (None, h.pid):
+                return None  # another process is this name's now (an action started it): this one's end is old news
+            intent = None if run.stopping else run.expected_exit(name, h.pid)
+            value = "stopped" if run.stopping or intent is not None else "failed"
+            detail = status.detail if status.exit_code != 0 or value == "stopped" else "exited 0 unexpectedly"
+            if intent is not None:
+                detail = f"{detail}: stopped for the {intent.kind} by {intent.source}"
             run.emit(Event("proc.exit", name, value, detail, {"code": status.exit_code, "last_lines": last}))
             self.group.barrier.wake(h.node)
-            if not run.stopping:
+            if intent is not None:
+                new = await self._next_handle(name, h)
+                if new is not None:
+                    return new
+            elif not run.stopping and not self.group.policy.on_exit(name, status.exit_code, detail):
                 run._fail()
             tail = asyncio.create_task(self.tail(name, h))  # a few more lines may come over slow links
-            await asyncio.sleep(YEAR)
+            return await self._started_again(name, h)
         finally:
             await cancel_all([tail])
+
+    async def _started_again(self, name: str, old: ProcHandle) -> ProcHandle | None:
+        """A process that ended (a crash that failed the run, a removed worker): whenever an action, of this
+        session or another, starts one in its place (a restart of the failed worker, an add into a removed one's
+        slot), the new one; None when this session's action did (its handle is in memory: watch_proc goes on)."""
+        while True:
+            if self.run.handles[name].pid != old.pid:
+                return None
+            h = self.run.saved_handle(name)
+            if h is not None and h.pid and (h.pid, h.node) != (old.pid, old.node):
+                return h
+            await asyncio.sleep(HANDLE_POLL_S)
+
+    async def _next_handle(self, name: str, old: ProcHandle) -> ProcHandle | None:
+        """The process an action starts in place of `old` (its handle file names another PID), or None once
+        no action on it runs any more."""
+        while True:
+            h = self.run.saved_handle(name)
+            if h is not None and h.pid and (h.pid, h.node) != (old.pid, old.node):
+                return h
+            if self.run.expected_exit(name) is None:
+                h = self.run.saved_handle(name)  # (it may have been written just before the action ended)
+                return h if h is not None and h.pid and h.pid != old.pid else None
+            await asyncio.sleep(HANDLE_POLL_S)
+
+    def supervisor_gone(self, name: str, status: ProcStatus) -> None:
+        """The process lives (its engine's PID says so) but its supervisor is gone: said once, with the words the
+        operator needs; the run keeps its status (the engine serves), and the diagnosis names it."""
+        run = self.run
+        p = run.state.procs.get(name)
+        if p is None or p.supervisor_gone or run.stopping:
+            return
+        doing = "serving" if p.stage in ("serving", "registered", "http_up") else \
+            f"running ({p.stage.replace('_', ' ')})"
+        detail = (f"{name}'s supervisor is gone; the engine (pid {status.engine_pid}) is still {doing}; its exit "
+                  f"code will not be recorded")
+        run.emit(Event("proc.supervisor", name, "gone", detail, {"engine_pid": status.engine_pid,
+                                                                 "node": p.node}))
+        run.emit(Event("note", name, detail=f"{detail} ({p.node})"))
+        if run.state.status == "serving":  # the headline says it; the run still serves
+            run._set_status("serving", diagnose(run.state).headline)
 
     async def tail(self, name: str, h: ProcHandle) -> None:
         """Follow the log. The lines a read hands over in one go (up to 256 between two turns of the loop)
@@ -155,6 +235,8 @@ class LogWatcher:
         for name, h in run.handles.items():
             p = run.state.procs.get(name)
             st = await run.launcher.poll(h)
+            if st.orphaned:
+                self.supervisor_gone(name, st)
             if not st.alive and p is not None and p.alive is not False:
                 value = "stopped" if run.state.status in ("stopping", "stopped") else "failed"
                 run.emit(Event("proc.exit", name, value, st.detail, {"code": st.exit_code}))

@@ -37,7 +37,8 @@ NO_METRICS_RETRY_S = 60.0
 HISTORY = 40  # rates kept per endpoint for the console's sparklines (a reattached console gets them too)
 
 ATOM = {"requests_running", "requests_waiting", "requests_finished", "prompt_tokens", "generation_tokens",
-        "preemptions", "kv_cache_usage_ratio", "kv_cache_blocks_used", "kv_cache_blocks_total"}
+        "preemptions", "kv_cache_usage_ratio", "kv_cache_blocks_used", "kv_cache_blocks_total",
+        "requests_parked_kv_load"}  # (ATOM head's atom/entrypoints/openai/metrics.py: a gauge, summed over ranks)
 ATOM_NAMES = frozenset("atom:" + n for n in ATOM)
 ROUTER_NAMES = frozenset({"mesh_router_requests", "mesh_router_request_errors", "mesh_router_upstream_responses",
                           "mesh_worker_requests_active", "mesh_worker_health"})
@@ -231,7 +232,9 @@ class MetricsWatcher:
         prev = self.prev.get(name)
         if prev is None or any(vals.get(k) != prev[1].get(k) for k in ("generation_tokens", "requests_finished")):
             self.moved_at[name] = now
-        self.run.emit(Event("metrics", name, "atom", data={**self.derive(name, vals, now), "t": now,
+        parked = self.group.pairs.parked(name, vals.get("requests_parked_kv_load"), now) \
+            if ep.role == "decode" else {}
+        self.run.emit(Event("metrics", name, "atom", data={**self.derive(name, vals, now), **parked, "t": now,
                                                             "source": "atom"}))
 
     async def scrape_router(self) -> dict[str, dict[str, float]]:

@@ -12,7 +12,7 @@ import asyncio
 import re
 import time
 from collections.abc import Coroutine
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ...remote.probes import tcp_probe
 from ..events import LIVE, WORKER_STAGES, Event
@@ -26,7 +26,15 @@ _REGISTERED = frozenset(WORKER_STAGES[WORKER_STAGES.index("kv_registered"):])  #
 # consumers whose reachability is probed at the same time (each probe is a process on the consumer's node:
 # one after another, 64P64D's 64 decodes x 512 ports took 30 s after serving to fill the handshake matrix)
 REACH_AT_ONCE = 4
+PROBES_AT_ONCE = 32  # a decode's handshake probes made from here in parallel (a 64P's 512 ports: 32 at a time)
 KV_WAIT_S = 4.0  # a write_request with no write-done for this long: the pair's path is checked and failed
+# a decode whose oldest request parked for its KV (ATOM's atom:requests_parked_kv_load) waits this long: the run
+# is degraded, naming the decode and the prefill it waits on
+PARKED_S = 3.0
+# ATOM refreshes its /metrics every 5 s (atom/entrypoints/openai/api_server.py: _METRICS_REFRESH_INTERVAL_SECONDS):
+# a parked count read there can stand that long after the requests it counted got their KV (a drained decode's
+# stays up with no write-done to reset it). Judged from the gauge alone, the wait must outlast one refresh too.
+METRICS_REFRESH_S = 5.0
 
 _TARGET = re.compile(r"\b(?:to|at) (?:tcp://)?(\[[0-9a-fA-F:]+\]|[\w.-]+):(\d+)")
 _CONSUMER = re.compile(r"\b(?:consumer=|Consumer )(\[[0-9a-fA-F:]+\]|[\w.-]+?)(?::\d+)?[\s,)]")
@@ -62,6 +70,8 @@ class HandshakeWatcher:
         self.waiting: dict[tuple[str, str], tuple[float, str, str | None]] = {}  # (decode, req) -> (t, line, prefill)
         self.checked: set[tuple[str, str]] = set()
         self.probed_at: dict[str, float] = {}  # decode -> last reachability probe (one every REPROBE_S)
+        self.transferred_at: dict[str, float] = {}  # decode -> when its last write-done was seen
+        self.parked_from: dict[str, float] = {}  # decode -> since when its parked count stayed above 0
 
     # ---------------------------------------------------------------------------------- log lines
     def on_line(self, name: str, role: str, value: str, line: str) -> None:
@@ -93,6 +103,7 @@ class HandshakeWatcher:
                 self.waiting.setdefault((name, req.group(1)), (time.time(), line.strip(), target_prefill))
             return
         if value == "transferred" and role == "decode":
+            self.transferred_at[name] = time.time()
             if req:
                 self.waiting.pop((name, req.group(1)), None)
             else:
@@ -103,6 +114,13 @@ class HandshakeWatcher:
                 run.emit(Event("pair", pr.key, "transferred", line.strip()[:300]))
             elif value == "failed" and pr.stage != "transferred":
                 run.emit(Event("pair", pr.key, "failed", line.strip()[:300]))
+
+    def again(self, name: str) -> None:
+        """A process started again (a restart): its pairs' paths are probed at the next pass, not REPROBE_S
+        after the last probe of their consumer."""
+        for pr in self.run.state.pairs.values():
+            if name in (pr.prefill, pr.decode):
+                self.probed_at.pop(pr.decode, None)
 
     # ---------------------------------------------------------------------------------- periodic checks
     async def checks(self) -> None:
@@ -145,7 +163,13 @@ class HandshakeWatcher:
             return await run.launcher.connect_from(node, targets, 1.0), f"{node} (the consumer's node)"
         except Exception:
             runner = run.launcher.probe_runner(node)
-            res = await asyncio.gather(*(tcp_probe(h, p, 1.0, runner) for h, p in targets))
+            gate = asyncio.Semaphore(PROBES_AT_ONCE)
+
+            async def one(host: str, port: int) -> str:
+                async with gate:
+                    return await tcp_probe(host, port, 1.0, runner)
+
+            res = await asyncio.gather(*(one(h, p) for h, p in targets))
             return dict(zip(targets, res)), run.launcher.probe_vantage(node)
 
     async def unanswered(self, now: float | None = None) -> None:
@@ -199,3 +223,65 @@ class HandshakeWatcher:
         else:
             tail = f"from the console host too ({here}): {prefill}'s handshake listener is not there"
         return f"{decode} on {d_ep.node} cannot reach {prefill} {span} ({why}); {tail}; {start}"
+
+    # ---------------------------------------------------------------------------------- parked requests
+    def parked(self, decode: str, count: float | None, now: float) -> dict:
+        """A decode's requests parked for their KV: ATOM's atom:requests_parked_kv_load (`count`, None when its
+        /metrics has no such gauge), and how long the oldest has waited, as far as atomdeck saw it: the oldest
+        write_request of the decode's log with no write-done yet (when atomdeck read the line: a lower bound),
+        else the time the count stayed above 0 with no write-done seen meanwhile. The prefill it waits on: the one
+        its write_request went to (the address in the line); with a single prefill, that one. Returns the figures
+        for the decode's metrics; the run is degraded while the oldest waited PARKED_S or more."""
+        n = int(count or 0)
+        mine = [(t, prefill, req) for (d, req), (t, _line, prefill) in self.waiting.items() if d == decode]
+        if n > 0:
+            self.parked_from.setdefault(decode, now)
+        else:
+            self.parked_from.pop(decode, None)
+        since, prefill, req, by = None, None, "", ""
+        if mine and (n > 0 or count is None):
+            since, prefill, req = min(mine, key=lambda x: x[0])
+            by = "log"
+        elif n > 0:
+            since, by = max(self.parked_from[decode], self.transferred_at.get(decode, 0.0)), "metrics"
+        if since is not None and prefill is None:
+            prefill = self.decode_target.get(decode) or self._only_prefill(decode)
+        out: dict[str, Any] = {"parked": n if count is not None else len(mine)}
+        if since is not None:
+            out.update(parked_oldest_s=round(max(0.0, now - since), 1), parked_on=prefill or "", parked_by=by,
+                       parked_req=req)
+        self._judge(decode, out, since, now)
+        return out
+
+    def _only_prefill(self, decode: str) -> str | None:
+        prefills = [pr.prefill for pr in self.run.state.pairs.values() if pr.decode == decode]
+        return prefills[0] if len(prefills) == 1 else None
+
+    def _judge(self, decode: str, figures: dict, since: float | None, now: float) -> None:
+        """Degraded while a request waits PARKED_S or more; said again when the count changes; ok once none does."""
+        run = self.run
+        p = run.state.procs.get(decode)
+        if p is None or run.stopping:
+            return
+        wait = PARKED_S if figures.get("parked_by") == "log" else PARKED_S + METRICS_REFRESH_S
+        if since is None or now - since < wait:
+            # recovered: nothing parked, or a write-done came since (a session that just began sees the old
+            # requests' age only from now on: that alone is no recovery)
+            if p.parked and (since is None or self.transferred_at.get(decode, 0.0) > p.parked_data.get("since", 0.0)):
+                run.emit(Event("proc.parked", decode, "ok", f"no request has waited {PARKED_S:g}s for its KV any more"))
+                self.group.settle()
+            return
+        on = figures.get("parked_on")
+        ep = run.plan.endpoint(on) if on else None
+        where = f"waiting on {on}" + (f" ({ep.host}:{ep.handshake_ports[0]}-{ep.handshake_ports[-1]})"
+                                      if ep is not None and ep.handshake_ports else "") if on else \
+            "waiting on a prefill atomdeck cannot name (no write_request line of it was read)"
+        req = f"; req {figures['parked_req']} got no write-done" if figures.get("parked_req") else ""
+        count = figures["parked"]
+        detail = (f"{decode} on {p.node}: {count} request{'s' if count != 1 else ''} parked for KV, the oldest for "
+                  f"{now - since:.0f}s+, {where}{req}")
+        data = {"count": count, "since": since, "prefill": on or "", "req": figures.get("parked_req", "")}
+        same = p.parked and p.parked_data.get("count") == count and p.parked_data.get("prefill") == (on or "")
+        if not same:
+            run.emit(Event("proc.parked", decode, "parked", detail, data))
+            self.group.settle()

@@ -103,6 +103,7 @@ class RouterWatcher:
                     if wp.role != "router":
                         run.emit_stage(wname, "serving")
                 run._set_status("serving", f"serving: {run.state.readiness()}; smoke {tokens or '?'} tokens")
+                self.group.settle()  # (degraded at once when a worker of a role that is not critical is down)
                 return
             why = f"HTTP {r.status}: {r.text(200)}" if r.status else r.error
             run.emit(Event("check", "smoke", "fail", f"attempt {attempt + 1}: {why}"))
@@ -110,3 +111,32 @@ class RouterWatcher:
                 return  # the run's headline already says why (a failed KV path, a dead process)
             await asyncio.sleep(1.0)
         run._fail(f"smoke request through the router failed: {run.state.checks['smoke'].detail}")
+
+    async def live_smoke(self, deadline: float) -> None:
+        """One fresh smoke request with a short deadline (for `atomdeck status`): the `smoke:live` check, never
+        the bring-up's `smoke` (whose failure would fail a run that is starting). A request whose KV path is
+        broken parks on its decode and gets no answer: said as such."""
+        run = self.run
+        h = run.recipe.health
+        router = run.plan.router
+        body = {"model": run.recipe.model.client_name, "prompt": h.smoke_prompt, "max_tokens": h.smoke_max_tokens,
+                "temperature": 0}
+        http = HttpClient()
+        t0 = time.monotonic()
+        try:
+            r = await http.post(router.host, router.port, "/v1/completions", body, deadline,
+                                run.launcher.probe_runner(router.node))
+        finally:
+            await http.aclose()
+        dt = time.monotonic() - t0
+        data = r.json() or {}
+        text = ((data.get("choices") or [{}])[0] or {}).get("text", "") if r.ok else ""
+        if r.ok and text:
+            tokens = (data.get("usage") or {}).get("completion_tokens")
+            run.emit(Event("check", "smoke:live", "ok", f"{tokens or '?'} tokens in {dt:.2f}s: {text.strip()[:80]!r}",
+                           data={"tokens": tokens, "seconds": round(dt, 3), "at": time.time()}))
+            return
+        why = f"HTTP {r.status}: {r.text(200)}" if r.status else (r.error or "no answer")
+        if not r.status and dt >= deadline * 0.95:
+            why = f"no answer within {deadline:g}s"
+        run.emit(Event("check", "smoke:live", "fail", why, data={"seconds": round(dt, 3), "at": time.time()}))
