@@ -65,8 +65,9 @@ def test_a_failed_transfer_answered_200_is_invalid(runs):  # noqa: F811
     # ATOM at the router pin sends write-done after a failed block transfer: the decode answers 200 from the wrong
     # bytes (ROCm/ATOM PR #1866). Every answer looks fine; the prefill's own lines say otherwise.
     pin = {"ATOMSIM_ATOM_REV": "pin"}
-    run = up(runs, prefill__env={**pin, "ATOMSIM_HANDSHAKE": "break"}, decode__env=pin)
-    # the launch's smoke request already broke the pair: the run knows, and a bench stops at once, invalid
+    # the launch's smoke request already breaks the pair: the run knows (degraded, never serving), and a bench
+    # stops at once, invalid
+    run = up(runs, expect="degraded", prefill__env={**pin, "ATOMSIM_HANDSHAKE": "break"}, decode__env=pin)
     rc, out, err = bench(run)
     assert rc == 1, err
     (step,) = out["results"]
