@@ -1,4 +1,5 @@
-"""The headless CLI: plan, lint, nodes, up, status, watch, logs, down, runs, bench, compare, import/export; `--json`.
+"""The headless CLI: plan, lint, nodes, up, status, watch, logs, down, runs, bench, compare, sweep, import/export;
+`--json`.
 
 `atomdeck` with no arguments opens the console on the demo cluster.
 """
@@ -123,6 +124,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .measure_verbs import add_parsers
 
     add_parsers(sub)
+    from .search_verbs import add_parser as add_search
+
+    add_search(sub)
     return ap
 
 
@@ -148,6 +152,8 @@ def main(argv: list[str] | None = None) -> int:
             from . import design_verbs as verbs
         elif args.cmd in ("bench", "compare"):
             from . import measure_verbs as verbs  # type: ignore[no-redef]
+        elif args.cmd == "sweep":
+            from . import search_verbs as verbs  # type: ignore[no-redef]
         elif args.cmd == "drill":
             from . import drill_verbs as verbs  # type: ignore[no-redef]
         elif args.cmd == "snapshot":
