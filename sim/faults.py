@@ -72,6 +72,8 @@ class Faults:
     rank_setsid: str | None = None       # ATOMSIM_RANK_SETSID: a rank that leaves its process group
     hang_after: float | None = None      # ATOMSIM_HANG_AFTER: a rank hangs in its collective this long after serving
     hang_rank: str = "0"                 # ATOMSIM_HANG_RANK: which rank
+    output_tokens: int | None = None     # ATOMSIM_OUTPUT_TOKENS: at most this many output tokens per request
+    output_after: float = 0.0            # ATOMSIM_OUTPUT_AFTER: ... from this many seconds after the start
     notes: list[str] = field(default_factory=list)
 
     @classmethod
@@ -116,6 +118,8 @@ class Faults:
             rank_setsid=env.get("ATOMSIM_RANK_SETSID", "").strip() or None,
             hang_after=_float(env.get("ATOMSIM_HANG_AFTER")),
             hang_rank=env.get("ATOMSIM_HANG_RANK", "").strip() or "0",
+            output_tokens=_int(env.get("ATOMSIM_OUTPUT_TOKENS")),
+            output_after=max(0.0, _float(env.get("ATOMSIM_OUTPUT_AFTER")) or 0.0),
         )
 
     def crashes_at(self, stage: str) -> bool:

@@ -405,11 +405,17 @@ def monitor_procs(ranks: dict[int, Rank], stopping: threading.Event, shut_down: 
             if rank is None:
                 continue
             code = -info.si_status if info.si_code in (os.CLD_KILLED, os.CLD_DUMPED) else info.si_status
+            # a SIGTERM to the process group reaches the ranks and this EngineCore at once: a rank that ended on
+            # it is no death to report once this process's own handler has begun the shutdown (ATOM: exit()
+            # clears keep_monitoring; its monitor first joins the dead process, up to 5 s)
+            if stopping.wait(0.2):
+                return
             atomlog.atom(f"{manager}: [{rank.name}] proc died unexpectedly (exitcode={code}), shutting down.")
-            os.kill(os.getpid(), signal.SIGUSR1)  # the shutdown runs on the main thread, as signals do
+            # on this thread, as async_proc.py's monitor calls self.exit() (a SIGUSR1 to the main thread raced
+            # its blocking read: a signal that lands just before the read() leaves it blocked for good)
+            shut_down()
             return
 
-    signal.signal(signal.SIGUSR1, lambda *_: shut_down())
     threading.Thread(target=monitor_engine_cores, daemon=True, name="ModelRunnerMonitor").start()
 
 

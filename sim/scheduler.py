@@ -68,7 +68,7 @@ class Engine:
     def begin(self, start: float) -> None:
         """Admit what fits and start the next step at loop time ``start`` (or go idle)."""
         s = self.sched
-        tokens = 0
+        tokens = squares = 0
         while self.waiting and len(self.running) + len(self.prefilling) < s.max_num_seqs:
             seq = self.waiting[0]
             if seq.cancelled:
@@ -81,16 +81,18 @@ class Engine:
                     break
                 self.prefilling.append(seq)
                 tokens += seq.prompt_tokens
+                squares += seq.prompt_tokens ** 2
             else:
                 self.running.append(seq)
             self.waiting.popleft()
             self.blocks_used += seq.blocks
         if self.prefilling:
             self.step = "prefill"
-            duration = perfmodel.prefill_time(tokens, self.tp)
+            duration = perfmodel.prefill_time(tokens, self.tp, squares)
         elif self.running:
             self.step = "decode"
-            duration = perfmodel.decode_step_time(len(self.running), self.tp)
+            context = sum(q.prompt_tokens + q.generated for q in self.running)  # the KV every step reads
+            duration = perfmodel.decode_step_time(len(self.running), self.tp, context)
         else:
             self.step, self.ends_at = None, math.inf
             return

@@ -41,6 +41,12 @@ class ServingConfig:
     prefix_caching: bool = False
     metrics: bool = True               # serve /metrics (newer ATOM); False: 404 like the pin's ATOM
     rev: str = "head"                  # which ATOM's log wording: "head" or "pin" (ATOMSIM_ATOM_REV)
+    output_cap: int | None = None      # ATOMSIM_OUTPUT_TOKENS: a server that stops early whatever was asked
+    output_cap_after: float = 0.0      # ATOMSIM_OUTPUT_AFTER: seconds after the service starts
+
+
+def params_of(body: dict) -> dict:
+    return body.get("kv_transfer_params") if isinstance(body.get("kv_transfer_params"), dict) else {}
 
 
 class WorkerService:
@@ -52,6 +58,7 @@ class WorkerService:
         self.kv = connector
         self.on_request = on_request
         self.seq_ids = itertools.count()
+        self.born = time.monotonic()
         self.rev = cfg.rev
         self.sched = Scheduler(tp=cfg.engine_tp, dp=cfg.dp, max_num_seqs=cfg.max_num_seqs,
                                max_batched_tokens=cfg.max_batched_tokens, block_size=cfg.block_size,
@@ -137,6 +144,9 @@ class WorkerService:
         seq_id = next(self.seq_ids)
         request_id = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex}"
         max_tokens = int(body.get("max_completion_tokens") or body.get("max_tokens") or 256)
+        if (self.cfg.output_cap is not None and not params_of(body).get("do_remote_decode")
+                and time.monotonic() - self.born >= self.cfg.output_cap_after):
+            max_tokens = min(max_tokens, max(0, self.cfg.output_cap))  # a fault: min_tokens/ignore_eos not honoured
         prompt_tokens = engine.tokenize(prompt)
         kv_len = engine.num_blocks(len(prompt_tokens), self.cfg.block_size) * BYTES_PER_BLOCK
         params = body.get("kv_transfer_params") if isinstance(body.get("kv_transfer_params"), dict) else {}

@@ -168,7 +168,8 @@ class Worker:
                           max_model_len=args.max_model_len, max_num_seqs=args.max_num_seqs,
                           max_batched_tokens=args.max_num_batched_tokens, engine_tp=self.tp,
                           prefix_caching=args.enable_prefix_caching, metrics=atom_metrics_enabled(self.faults.metrics),
-                          rev=simenv.atom_rev()),
+                          rev=simenv.atom_rev(), output_cap=self.faults.output_tokens,
+                          output_cap_after=self.faults.output_after),
             self.connector, on_request=self.on_request)
 
     def parse_kv_config(self) -> tuple[dict, str | None]:

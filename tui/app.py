@@ -75,7 +75,8 @@ class ConsoleApp(App[int]):
     MODES: ClassVar[dict[str, str | Callable[[], Screen]]] = {
         "nodes": _shown_first("nodes", "NodesScreen"), "layout": _shown_first("layout", "LayoutScreen"),
         "preview": _shown_first("preview", "PreviewScreen"), "run": _shown_first("run", "RunScreen"),
-        "runs": _shown_first("runs", "RunsScreen"), "bench": _shown_first("bench", "BenchScreen")}
+        "runs": _shown_first("runs", "RunsScreen"), "bench": _shown_first("bench", "BenchScreen"),
+        "sweep": _shown_first("sweep", "SweepScreen")}
     PULSE_S = 0.1  # the run views redraw at most this often, however fast events and lines arrive
     # Bumped whenever core re-assessed the design (or the theme changed): the design views watch it.
     version: reactive[int] = reactive(0, init=False)
@@ -313,7 +314,7 @@ class ConsoleApp(App[int]):
             self._switch_hold()
 
     def action_view(self, mode: str) -> None:
-        if mode in dict(self.views) and self.current_mode != mode:
+        if (mode in dict(self.views) or mode == "sweep") and self.current_mode != mode:
             self.switch_mode(mode)
 
     # -- the design: every change goes through core -------------------------------------------
@@ -609,7 +610,7 @@ class ConsoleApp(App[int]):
         if action in self._UNDERNEATH and self.overlay_open:
             return False
         if action == "view":
-            return bool(parameters) and parameters[0] in dict(self.views)
+            return bool(parameters) and (parameters[0] in dict(self.views) or parameters[0] == "sweep")
         if action == "launch":
             return not self.readonly and self.design_screen is not None
         return True
@@ -707,6 +708,7 @@ class ConsoleApp(App[int]):
         yield from super().get_system_commands(screen)
         for i, (mode, title) in enumerate(self.views, 1):
             yield SystemCommand(f"View: {title}", f"go to the {title} view (key {i})", partial(self.action_view, mode))
+        yield SystemCommand("View: Sweep", "the layout search (key 7)", partial(self.action_view, "sweep"))
         yield SystemCommand("Open recipe or cluster…", "choose another cluster or recipe", self.action_open)
         yield SystemCommand("Switch context (cluster)…", "show another cluster; every cluster's runs stay watched "
                             "(:ctx)", self.action_contexts)

@@ -34,6 +34,7 @@ APP = [
     _b("4", "view('run')", "Run", "view.run", show=False),
     _b("5", "view('runs')", "Runs", "view.runs", show=False),
     _b("6", "view('bench')", "Bench", "view.bench", show=False),
+    _b("7", "view('sweep')", "Sweep", "view.sweep", show=False),
     _b("L,ctrl+l", "launch", "Launch", "launch", key_display="L",
        tooltip="Show every command in the preview; L there launches"),
     _b("ctrl+o", "open", "Open", "open", show=False),
@@ -147,6 +148,18 @@ BENCH = [
     _b("s", "stop", "Stop", "bench.stop", tooltip="Stop the bench; the steps done are kept"),
     _b("x", "export", "Export", "bench.export", tooltip="Write the comparison as JSON, CSV and SVG into the run "
        "directory"),
+    _b("g", "basis", "Per GPU", "bench.basis", tooltip="Per GPU as srt-slurm (output / all GPUs) or InferenceX "
+       "(output / decode GPUs)"),
+]
+
+# The sweep view (layout search): enter in the form starts too.
+SWEEP = [
+    _b("b", "start", "Search", "sweep.start", tooltip="Bring each layout up in turn, bench it, tear it down; resumes "
+       "a search stopped before"),
+    _b("s", "stop", "Stop", "sweep.stop", tooltip="Stop the search: the layout under way is torn down, the done ones "
+       "kept"),
+    _b("g", "basis", "Per GPU", "sweep.basis", tooltip="Per GPU as srt-slurm (output / all GPUs) or InferenceX "
+       "(output / decode GPUs)"),
 ]
 
 TEARDOWN = [
@@ -160,8 +173,8 @@ HELP = [
 # Where each group applies, for the help screen.
 SCOPES: dict[str, list[Binding]] = {
     "Everywhere": APP, "Nodes": NODES, "Layout": LAYOUT, "Preview": PREVIEW, "Run": RUN, "Logs": LOGS,
-    "Runs": RUNS, "Contexts": CONTEXTS, "Bench": BENCH, "Teardown": TEARDOWN, "Open": START, "Dialogs": DIALOG,
-    "Help": HELP,
+    "Runs": RUNS, "Contexts": CONTEXTS, "Bench": BENCH, "Sweep": SWEEP, "Teardown": TEARDOWN, "Open": START,
+    "Dialogs": DIALOG, "Help": HELP,
 }
 
 

@@ -1,5 +1,5 @@
-"""The headless CLI: plan, lint, nodes, up, status, watch, logs, down, runs, context, bench, compare, import/export;
-`--json`; `--context`/`--cluster` on every verb (contexts.py).
+"""The headless CLI: plan, lint, nodes, up, status, watch, logs, down, runs, context, bench, compare, sweep,
+import/export; `--json`; `--context`/`--cluster` on every verb (contexts.py).
 
 `atomdeck` with no arguments opens the console on the demo cluster.
 """
@@ -136,6 +136,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .measure_verbs import add_parsers
 
     add_parsers(sub)
+    from .search_verbs import add_parser as add_search
+
+    add_search(sub)
     return ap
 
 
@@ -162,6 +165,8 @@ def main(argv: list[str] | None = None) -> int:
             from . import design_verbs as verbs
         elif args.cmd in ("bench", "compare"):
             from . import measure_verbs as verbs  # type: ignore[no-redef]
+        elif args.cmd == "sweep":
+            from . import search_verbs as verbs  # type: ignore[no-redef]
         elif args.cmd == "drill":
             from . import drill_verbs as verbs  # type: ignore[no-redef]
         elif args.cmd == "snapshot":

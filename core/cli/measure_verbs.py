@@ -13,11 +13,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..measure.errors import MeasureInputError
+from ..measure.validity import short_reason
 from .contexts import add_args
 
 if TYPE_CHECKING:
     from ..measure.stats import RequestRecord
     from ..measure.sweep import Live, StepResult
+    from ..measure.validity import HealthNote
 
 FAILURES_SHOWN = 10  # failed requests of a step said one by one; the rest are counted, by reason
 HEARTBEAT_S = 10.0  # a bench that said nothing for this long says where it is (requests that hang say nothing)
@@ -48,6 +50,13 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                    "(default 2)")
     p.add_argument("--endpoint", choices=("completions", "chat"), default=None, help="/v1/completions (default) "
                    "or /v1/chat/completions")
+    p.add_argument("--goodput", default=None, metavar="SLO",
+                   help="report goodput (completed requests a second within every limit, as vLLM's request_goodput): "
+                        "KEY:MS pairs, e.g. ttft_ms:500,tpot_ms:20 (vLLM's ttft:500 tpot:20 and aiperf's "
+                        "time_to_first_token:500 inter_token_latency:20 are read too)")
+    p.add_argument("--keep-going", action="store_true",
+                   help="run every step to its end even when a process turns unhealthy during it (by default that "
+                        "step stops at once, invalid, and the bench with it)")
     p.add_argument("--request-timeout", type=float, default=None, metavar="S",
                    help="seconds one request may take, start to last byte, before it counts as failed (default 600)")
     p.add_argument("--json", action="store_true")
@@ -56,6 +65,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("runs", nargs="+", metavar="RUN")
     add_args(p, "run")
     p.add_argument("--csv", default=None, metavar="FILE", help="also write the table as CSV")
+    p.add_argument("--per-gpu", choices=("all", "decode"), default="all",
+                   help="per GPU as srt-slurm (all: output / all GPUs, the default) or InferenceX (decode: output / "
+                        "decode GPUs) for the table and the Pareto front")
+    p.add_argument("--include-invalid", action="store_true",
+                   help="let invalid steps (failed or short requests, a process unhealthy, KV not transferred, a "
+                        "worker left out) onto the Pareto front; by default they are listed but never on it")
     p.add_argument("--json", action="store_true")
 
 
@@ -68,10 +83,11 @@ def _step_line(t0: float, i: int, n: int, step: StepResult) -> str:
     s = step.summary
     bad = f", {s['failed']} FAILED" if s["failed"] else ""
     bad += f", {s['short']} short" if s["short"] else ""
+    verdict = "" if s.get("valid", True) else " INVALID (" + "; ".join(s.get("invalid_reasons", [])) + ")"
     return (f"[{time.time() - t0:6.1f}s] step {i + 1}/{n} concurrency {s['max_concurrency']:>4}: "
             f"{s['completed']}/{s['num_prompts']} ok{bad}; {s['output_throughput']:.1f} out tok/s "
             f"({s['output_throughput_per_gpu']:.2f}/GPU), TTFT p50 {s['median_ttft_ms']:.1f} ms, "
-            f"TPOT p50 {s['median_tpot_ms']:.2f} ms, {s['duration']:.1f}s")
+            f"TPOT p50 {s['median_tpot_ms']:.2f} ms, {s['duration']:.1f}s{verdict}")
 
 
 class _Talk:
@@ -110,6 +126,11 @@ class _Talk:
         else:
             self.unshown[rec.error] += 1
 
+    def trouble(self, note: HealthNote) -> None:
+        """A process went wrong during the step: said at once, the step is invalid whatever comes next."""
+        self.say(f"{self.where()}: {note.process} {note.what}" + (f" ({note.detail[:160]})" if note.detail else "")
+                 + ": this step is INVALID")
+
     def more_failed(self) -> str:
         if not self.unshown:
             return ""
@@ -141,22 +162,28 @@ class _Talk:
 
 def _table(results: list[dict]) -> str:
     lines = [f"{'CONC':>5} {'OK':>5} {'FAIL':>5} {'SHORT':>5} {'OUT TOK/S':>10} {'TOK/S/GPU':>10} {'TOK/S/USER':>10} "
-             f"{'TTFT p50':>9} {'TTFT p99':>9} {'TPOT p50':>9} {'ITL p50':>8} {'E2E p50':>9}"]
+             f"{'TTFT p50':>9} {'TTFT p99':>9} {'TPOT p50':>9} {'ITL p50':>8} {'E2E p50':>9}  VALID"]
     for r in results:
         lines.append(f"{r['max_concurrency']:>5} {r['completed']:>5} {r['failed']:>5} {r['short']:>5} "
                      f"{r['output_throughput']:>10.1f} {r['output_throughput_per_gpu']:>10.2f} "
                      f"{r['interactivity']:>10.2f} {r['median_ttft_ms']:>9.1f} {r['p99_ttft_ms']:>9.1f} "
-                     f"{r['median_tpot_ms']:>9.2f} {r['median_itl_ms']:>8.2f} {r['median_e2el_ms']:>9.1f}")
+                     f"{r['median_tpot_ms']:>9.2f} {r['median_itl_ms']:>8.2f} {r['median_e2el_ms']:>9.1f}  "
+                     + ("yes" if r.get("valid", True) else "NO: " + short_reason(r)))
     return "\n".join(lines)
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
     from ..measure.bench import bench, check_target, default_workload, target_of
+    from ..measure.stats import parse_slo
     from ..measure.sweep import REQUEST_TIMEOUT, Live
     from ..measure.workload import parse_concurrencies
     from ..run.run import Run
     from .output import storage_notices, unsaved_notice
 
+    try:
+        slo = parse_slo(args.goodput) if args.goodput is not None else None
+    except ValueError as e:
+        return _fail(str(e))
     try:
         concurrencies = parse_concurrencies(args.concurrency) if args.concurrency is not None else None
         if args.dataset is not None and not Path(args.dataset).is_file():
@@ -173,7 +200,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     workload = default_workload(run.recipe, isl=args.isl, osl=args.osl, concurrencies=concurrencies,
                                 num_prompts=args.num_prompts, random_range_ratio=args.random_range_ratio,
                                 seed=args.seed, dataset=args.dataset, request_rate=args.request_rate,
-                                warmup=args.warmup, endpoint=args.endpoint)
+                                warmup=args.warmup, endpoint=args.endpoint, goodput=slo)
     target = target_of(run)
     t0 = time.time()
     n = len(workload.concurrencies)
@@ -190,7 +217,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
             try:
                 return await bench(target, workload, checked=True, live=live, request_timeout=timeout,
                                    on_record=lambda _p, rec: talk.failed(rec), on_warmup_record=talk.failed,
-                                   on_step=lambda i, s: talk.step_done(i, n, s))
+                                   on_step=lambda i, s: talk.step_done(i, n, s), on_trouble=talk.trouble,
+                                   keep_going=args.keep_going)
             finally:
                 beat.cancel()
         finally:
@@ -229,12 +257,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
         if not found:
             return _fail(f"run {rd.id} has no bench results; measure it with `atomdeck bench {rd.id}`")
         reports += found
-    table = cmp.rows(reports)
+    table = cmp.rows(reports, include_invalid=args.include_invalid, basis=args.per_gpu)
     if args.csv:
         Path(args.csv).write_text(cmp.to_csv(table))
     if args.json:
         print(json.dumps({"runs": [r["run"] for r in reports], "benches": [r["path"] for r in reports],
-                          "rows": table}, indent=2))
+                          "per_gpu": cmp.BASES[args.per_gpu][2], "rows": table}, indent=2))
     else:
-        print(cmp.to_text(table))
+        print(cmp.to_text(table, args.per_gpu))
     return 0

@@ -17,9 +17,11 @@ from typing import Any
 import aiohttp
 
 from .errors import MeasureInputError
+from .gate import Gate
 from .results import BenchReport, save
 from .stats import Gpus, RequestRecord
 from .sweep import REQUEST_TIMEOUT, Live, Progress, StepResult, sweep
+from .validity import HealthNote
 from .workload import DEFAULT_ISL, DEFAULT_NUM_PROMPTS, DEFAULT_OSL, Workload
 
 PROBE_TIMEOUT = 5.0
@@ -38,6 +40,7 @@ class Target:
     gpus: Gpus
     recipe: str = ""
     status: str = "serving"
+    source: Any = None  # the run itself (run/'s Run), for the validity gate's evidence; None: the answers only
 
 
 def gpus_of(plan: Any) -> Gpus:
@@ -50,7 +53,7 @@ def gpus_of(plan: Any) -> Gpus:
 
 def target_of(run: Any) -> Target:
     return Target(run.id, Path(run.rd.path), run.plan.router.url, run.recipe.model.client_name, run.plan.shape,
-                  gpus_of(run.plan), run.recipe.name, run.state.status)
+                  gpus_of(run.plan), run.recipe.name, run.state.status, run)
 
 
 def default_workload(recipe: Any = None, **given: Any) -> Workload:
@@ -110,12 +113,18 @@ async def bench(target: Target, workload: Workload,
                 on_record: Callable[[Progress, RequestRecord], None] | None = None,
                 on_step: Callable[[int, StepResult], None] | None = None, checked: bool = False,
                 live: Live | None = None, request_timeout: float = REQUEST_TIMEOUT,
-                on_warmup_record: Callable[[RequestRecord], None] | None = None) -> BenchReport:
+                on_warmup_record: Callable[[RequestRecord], None] | None = None, sentinel: bool = True,
+                on_trouble: Callable[[HealthNote], None] | None = None, keep_going: bool = False,
+                stalls: bool = True) -> BenchReport:
     """Check (unless the caller just did), sweep, save. The report's `path` says where it was written
     (also when a step failed; `save_problem` when not in the run directory). `live`, `on_warmup_record`:
-    see `sweep`."""
+    see `sweep`. Each step is judged by the validity gate (gate.py) from the run's evidence when the target
+    has its run (`sentinel`: ask the endpoints' health twice a second meanwhile); `on_trouble` hears each
+    process going wrong during a step, as it happens (also in `live.trouble`). A step during which the run turns
+    unhealthy stops at once, invalid, and the bench with it (`keep_going`: every step runs to its end anyway)."""
     if not checked:
         await check_target(target, workload)
+    live = live or Live()
     report = BenchReport(run=target.run, layout=target.layout, model=target.model, gpus=target.gpus,
                          workload=workload, router=target.router, recipe=target.recipe)
 
@@ -130,10 +139,20 @@ async def bench(target: Target, workload: Workload,
         if on_step:
             on_step(i, step)
 
+    def trouble(note: HealthNote) -> None:
+        live.trouble.append(f"{note.process} {note.what}")
+        if on_trouble is not None:
+            on_trouble(note)
+
+    gate = (Gate(target.source, sentinel=sentinel, on_trouble=trouble, halt_on_trouble=not keep_going, stalls=stalls)
+            if target.source is not None else None)
     try:
         await sweep(target.router, target.model, workload, target.gpus, on_record=on_record, on_step=step_done,
-                    on_warmup=warmed, live=live, request_timeout=request_timeout, on_warmup_record=on_warmup_record)
+                    on_warmup=warmed, live=live, request_timeout=request_timeout, on_warmup_record=on_warmup_record,
+                    gate=gate)
     finally:  # an interrupted bench still keeps the steps it finished
+        if gate is not None:
+            await gate.close()
         report.finished = time.time()
         if steps:
             save(target.run_dir, report, steps)

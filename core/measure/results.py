@@ -48,13 +48,18 @@ class BenchReport:
 
     @property
     def complete(self) -> bool:
-        return bool(self.results) and all(r["failed"] == 0 and r["short"] == 0 for r in self.results)
+        """Every step done and valid (validity.py): nothing failed, nothing short, the run healthy throughout, ..."""
+        return bool(self.results) and all(r["failed"] == 0 and r["short"] == 0 and r.get("valid", True)
+                                          for r in self.results)
 
     def problems(self) -> list[str]:
-        """Why the bench is not complete, one line per step that had failed or short requests."""
+        """Why the bench is not complete, one line per step that is invalid (its reasons) or had failed or short
+        requests."""
         out = []
         for r in self.results:
-            if r["failed"] or r["short"]:
+            if r.get("valid", True) is False and r.get("invalid_reasons"):
+                out.append(f"concurrency {r['max_concurrency']} INVALID: " + "; ".join(r["invalid_reasons"]))
+            elif r["failed"] or r["short"]:
                 top = ", ".join(f"{n}x {e}" for e, n in sorted(r.get("errors", {}).items(), key=lambda x: -x[1])[:2])
                 out.append(f"concurrency {r['max_concurrency']}: {r['failed']} failed, {r['short']} short"
                            + (f" ({top})" if top else ""))

@@ -101,9 +101,67 @@ class Gpus:
         return {"total_gpus": self.total, "prefill_gpus": self.prefill, "decode_gpus": self.decode}
 
 
+# Goodput SLO keys as vLLM's `bench serve --goodput` (ttft, tpot, e2el) and aiperf's `--goodput`
+# (time_to_first_token, inter_token_latency, request_latency) spell them, plus the *_ms names of the result keys;
+# every value is in milliseconds in all three. Either separator: "ttft:500 tpot:20" or "ttft_ms:500,tpot_ms:20".
+SLO_KEYS = {"ttft": "ttft", "ttft_ms": "ttft", "time_to_first_token": "ttft",
+            "tpot": "tpot", "tpot_ms": "tpot", "inter_token_latency": "tpot",
+            "e2el": "e2el", "e2el_ms": "e2el", "request_latency": "e2el"}
+
+
+def parse_slo(text: str, option: str = "--goodput") -> dict[str, float]:
+    """'ttft_ms:500,tpot_ms:20' (or vLLM's 'ttft:500 tpot:20', aiperf's 'time_to_first_token:500') -> {"ttft": 500.0,
+    "tpot": 20.0}, milliseconds. ValueError naming the option and the part at fault."""
+    out: dict[str, float] = {}
+    for part in str(text).replace(",", " ").split():
+        key, sep, value = part.partition(":")
+        if not sep or key.strip().lower() not in SLO_KEYS:
+            raise ValueError(f"{option}: {part!r} is not KEY:MILLISECONDS with KEY one of ttft_ms, tpot_ms, e2el_ms "
+                             f"(vLLM's ttft/tpot/e2el and aiperf's time_to_first_token/inter_token_latency/"
+                             f"request_latency too), e.g. {option} ttft_ms:500,tpot_ms:20")
+        try:
+            ms = float(value)
+        except ValueError:
+            ms = -1.0
+        if not ms > 0:
+            raise ValueError(f"{option}: {part!r}: the limit must be a positive number of milliseconds")
+        out[SLO_KEYS[key.strip().lower()]] = ms
+    if not out:
+        raise ValueError(f"{option}: give at least one KEY:MILLISECONDS, e.g. {option} ttft_ms:500,tpot_ms:20")
+    return out
+
+
+def slo_text(slo: dict[str, float]) -> str:
+    return ",".join(f"{k}_ms:{v:g}" for k, v in slo.items())
+
+
+def good(r: RequestRecord, slo: dict[str, float]) -> bool:
+    """A completed request within every limit (vLLM's goodput: TPOT of a one-token output is 0)."""
+    if not r.success:
+        return False
+    values = {"ttft": r.ttft * 1000.0, "tpot": (r.tpot or 0.0) * 1000.0, "e2el": r.e2el * 1000.0}
+    return all(values[k] <= limit for k, limit in slo.items())
+
+
+def per_gpu(out: dict, gpus: Gpus) -> None:
+    """The per-GPU figures under both definitions in use for disaggregated layouts: srt-slurm's (output / all GPUs:
+    `output_throughput_per_gpu`) and InferenceX's (output per decode GPU, input per prefill GPU, total per all GPUs).
+    An aggregated layout (no split) divides everything by all its GPUs."""
+    total = gpus.total
+    split = gpus.prefill > 0 and gpus.decode > 0
+    out["output_throughput_per_gpu"] = out["output_throughput"] / total if total else 0.0
+    out["total_token_throughput_per_gpu"] = out["total_token_throughput"] / total if total else 0.0
+    dec = gpus.decode if split else total
+    pre = gpus.prefill if split else total
+    inp = out.get("input_throughput", 0.0)
+    out["output_throughput_per_decode_gpu"] = out["output_throughput"] / dec if dec else 0.0
+    out["input_throughput_per_prefill_gpu"] = inp / pre if pre else 0.0
+
+
 def summarize(concurrency: int, records: Sequence[RequestRecord], duration: float, gpus: Gpus | None = None,
-              request_rate: float | None = None) -> dict:
-    """One step's result object (vLLM/InferenceX keys, plus short/errors and the per-GPU figures)."""
+              request_rate: float | None = None, slo: dict[str, float] | None = None) -> dict:
+    """One step's result object (vLLM/InferenceX keys, plus short/errors and the per-GPU figures; with `slo`, the
+    goodput: completed requests a second within every limit, as vLLM's `request_goodput`)."""
     done = [r for r in records if r.success]
     failed = [r for r in records if not r.success]
     total_in = sum(r.prompt_tokens for r in done)
@@ -122,16 +180,25 @@ def summarize(concurrency: int, records: Sequence[RequestRecord], duration: floa
         "request_throughput": len(done) / dur if duration > 0 else 0.0,
         "output_throughput": total_out / dur if duration > 0 else 0.0,
         "total_token_throughput": (total_in + total_out) / dur if duration > 0 else 0.0,
+        "input_throughput": total_in / dur if duration > 0 else 0.0,
     }
     out.update(distribution("ttft", [r.ttft for r in done]))
     out.update(distribution("tpot", [t for r in done if (t := r.tpot) is not None]))
     out.update(distribution("itl", [g for r in done for g in r.itl]))
     out.update(distribution("e2el", [r.e2el for r in done]))
+    # interactivity (tok/s per user) = 1000 / TPOT at each percentile: p90's is what the slowest tenth of users get
     out["interactivity"] = 1000.0 / out["median_tpot_ms"] if out["median_tpot_ms"] > 0 else 0.0
+    for p in ("mean", "median", *(f"p{q}" for q in PERCENTILES)):
+        tpot = out[f"{p}_tpot_ms"]
+        out[f"{p}_interactivity"] = 1000.0 / tpot if tpot > 0 else 0.0
+    if slo:
+        ok = sum(good(r, slo) for r in done)
+        out["goodput_slo"] = dict(slo)
+        out["good_requests"] = ok
+        out["request_goodput"] = ok / dur if duration > 0 else 0.0
     if gpus is not None:
         out.update(gpus.to_json())
-        out["output_throughput_per_gpu"] = out["output_throughput"] / gpus.total if gpus.total else 0.0
-        out["total_token_throughput_per_gpu"] = out["total_token_throughput"] / gpus.total if gpus.total else 0.0
+        per_gpu(out, gpus)
     errors: dict[str, int] = {}
     for r in failed:
         errors[r.error] = errors.get(r.error, 0) + 1

@@ -54,6 +54,7 @@ class Workload:
     request_rate: float | None = None  # requests/s (Poisson arrivals), None = as fast as the concurrency allows
     warmup: int = 2
     endpoint: str = "completions"
+    goodput: dict[str, float] | None = None  # SLO limits in ms (stats.parse_slo): the steps report their goodput
 
     def validate(self) -> None:
         """Raise MeasureInputError naming the option to change."""

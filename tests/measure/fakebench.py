@@ -68,3 +68,50 @@ def benched(run) -> None:
     earlier_run("20250101-090000-demo-2p1d-dpa-77aa", "2P1D DPA TP8", 1735722000.0)
     earlier_run("20250101-093000-demo-2p2d-88bb", "2P2D TP8", 1735723800.0)
     write_report(run.rd.path, report(run.id, "1P1D TP8", 1735729170.0))
+
+
+def invalid(step_result: dict, reasons: list[str]) -> dict:
+    """A step marked invalid by the gate (validity.py) with these reasons."""
+    return {**step_result, "valid": False, "invalid_reasons": reasons}
+
+
+def benched_with_trouble(run) -> None:
+    """As `benched`, this run's last step invalid: decode-0 froze during it (the degraded fake run's story)."""
+    earlier_run("20250101-090000-demo-2p1d-dpa-77aa", "2P1D DPA TP8", 1735722000.0)
+    earlier_run("20250101-093000-demo-2p2d-88bb", "2P2D TP8", 1735723800.0)
+    rep = report(run.id, "1P1D TP8", 1735729170.0)
+    last = rep["results"][-1]
+    rep["results"][-1] = invalid({**last, "completed": 23, "failed": 2, "num_prompts": 25,
+                                  "halted": "stopped after 25 of 64 requests: decode-0 unresponsive"},
+                                 ["health: decode-0 unresponsive at +4.1s (GET /health on demo-n02:8020: no answer "
+                                  "within 0.5s; process alive, state T (stopped) (pid 4242 python3))",
+                                  "failures: 2 of 25 request(s) failed (2x stopped: decode-0 unresponsive during "
+                                  "the step)"])
+    write_report(run.rd.path, rep)
+
+
+def fake_search():
+    """A finished layout search of the demo (three layouts, made-up steps as `report`'s), in the state directory."""
+    from atomdeck.core.measure.layouts import Layout, Search, SearchSpec
+
+    spec = SearchSpec("demo-1p1d", "local", ["demo-n01", "demo-n02", "demo-n03"],
+                      [Layout(1, 1), Layout(1, 2), Layout(2, 1)], WORKLOAD, {"ttft": 1000.0, "tpot": 20.0})
+    search = Search.open(spec, fresh=True)
+    made = {"1p1d": ("1P1D TP8", (16, 8, 8)), "1p2d": ("2P2D TP8", (24, 8, 16)), "2p1d": ("2P1D DPA TP8", (24, 16, 8))}
+    for i, e in enumerate(search.entries):
+        layout, gpus = made[e.layout]
+        rep = report(f"20250101-11{i}000-demo-1p1d-{i}a{i}b", layout, 1735729000.0 + i)
+        steps = [r | {"total_gpus": gpus[0], "prefill_gpus": gpus[1], "decode_gpus": gpus[2],
+                      "output_throughput_per_gpu": r["output_throughput"] / gpus[0], "good_requests": 64,
+                      "valid": True, "invalid_reasons": []} for r in rep["results"]]
+        if e.layout == "1p2d":
+            steps[-1] = invalid(steps[-1], ["routing: the router sent no request to decode-1 (prefill-0 64, "
+                                            "decode-0 64, decode-1 0)"])
+        e.status, e.run, e.results = "done", rep["run"], steps
+        e.gpus = {"total_gpus": gpus[0], "prefill_gpus": gpus[1], "decode_gpus": gpus[2]}
+        e.reason = "; ".join(f"concurrency {r['max_concurrency']} INVALID: " + "; ".join(r["invalid_reasons"])
+                             for r in steps if not r["valid"])
+    search.progress.steps_done = search.progress.steps_total
+    search.progress.phase, search.progress.words = "done", "search done"
+    search.save()
+    return search

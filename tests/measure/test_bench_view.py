@@ -83,7 +83,8 @@ async def bench_in_console(run: Run) -> tuple[BenchScreen, list]:
         assert screen.status.startswith("done: saved"), screen.status
         table = screen.query_one(DataTable)
         assert table.row_count == 2
-        assert [table.get_row_at(i)[:4] for i in range(2)] == [["1", "8", "0", "0"], ["4", "8", "0", "0"]]
+        rows = [table.get_row_at(i) for i in range(2)]
+        assert [[r[0], str(r[1]), *r[2:5]] for r in rows] == [["1", "yes", "8", "0", "0"], ["4", "yes", "8", "0", "0"]]
         bars = list(screen.query(ProgressBar).results(ProgressBar))
         assert [(b.progress, b.total) for b in bars] == [(8, 8), (8, 8)]
         chart = screen.query_one(ParetoChart)
@@ -139,5 +140,67 @@ async def test_stopping_a_bench_keeps_the_steps_done_and_leaves_nothing_running(
             (saved,) = (run.rd.path / "bench").glob("2*.json")
             assert [r["max_concurrency"] for r in json.loads(saved.read_text())["results"]] == [16]
     finally:
+        await run.teardown(grace=2)
+    assert not alive(run)
+
+
+def worker_pid(run: Run, name: str) -> int:
+    """The simulated ATOM server of one worker (its run marker in the environment, this machine's /proc)."""
+    import os
+
+    mark = f"ATOMDECK_RUN={run.id}:{name}".encode()
+    found = []
+    for d in os.listdir("/proc"):
+        try:
+            if d.isdigit() and mark in open(f"/proc/{d}/environ", "rb").read().split(b"\0") \
+                    and b"openai_server" in open(f"/proc/{d}/cmdline", "rb").read():
+                found.append(int(d))
+        except OSError:
+            continue
+    return max(found)
+
+
+async def test_a_prefill_frozen_during_a_bench_is_named_and_its_step_invalid():
+    """Issue 40's first finding: a prefill frozen (SIGSTOP) mid-step, the Bench view said nothing. Now the view names
+    it (core's state: the bench's sentinel found it), the step stops, INVALID, with the process named, the table and
+    the saved report agree, and nothing is left running."""
+    import os
+    import signal
+
+    from textual.widgets import Label, Static
+
+    from tests.frozen import stop
+
+    run = await serving("demo-2p1d")
+    pid = None
+    try:
+        app = ConsoleApp(refresh_s=None, clock=lambda: datetime(2025, 1, 1, 12, 0, 0))
+        async with app.run_test(size=(160, 50)) as pilot:
+            await app.workers.wait_for_complete()
+            app.runs.attach(run, watch=False)
+            await pilot.press("6")
+            await until(pilot, lambda: isinstance(app.screen, BenchScreen), "the bench view")
+            screen = app.screen
+            await fill(pilot, isl=16, osl=64, concurrency="4,4", num_prompts=400)
+            await pilot.press("b")
+            await until(pilot, lambda: screen.running and screen.counts[0][0] >= 8, "step 1 under way")
+            pid = worker_pid(run, "prefill-1")
+            stop([pid])
+            await until(pilot, lambda: not screen.running, "the bench to stop on its own", 30)
+            await pilot.pause(0.3)
+            health = str(screen.query_one("#bench-health", Static).render())
+            assert "prefill-1" in health and "UNRESPONSIVE" in health, health
+            label = str(screen.query_one("#bench-count-0", Label).render())
+            assert "INVALID" in label and "prefill-1 unresponsive" in label, label
+            assert str(screen.query_one(DataTable).get_row_at(0)[1]) == "NO"
+            assert screen.status.startswith("NOT complete: concurrency 4 INVALID: health: prefill-1 unresponsive")
+            assert len(screen.results) == 1  # the second step never ran on the broken run
+            (saved,) = (run.rd.path / "bench").glob("2*.json")
+            (step,) = json.loads(saved.read_text())["results"]
+            assert step["valid"] is False and step["checks"]["health"]["processes"] == ["prefill-1"]
+            assert step["completed"] + step["failed"] < 400
+    finally:
+        if pid is not None:
+            os.kill(pid, signal.SIGCONT)
         await run.teardown(grace=2)
     assert not alive(run)

@@ -143,3 +143,31 @@ def test_consecutive_blocks_move_as_one_transfer_entry():
     assert srcs == [1000 + 3 * b, 1000 + 9 * b, 1000 + 2 * b]
     assert dsts == [5000 + 7 * b, 5000 + 10 * b, 5000 + 20 * b]
     assert sizes == [3 * b, 2 * b, b] and sum(sizes) == 6 * b
+
+
+def steady_out_per_gpu(prefills: int, decodes: int, isl: int, osl: int, users: int, tp: int = 8) -> float:
+    """Output tok/s per GPU of xPyD (TP``tp`` workers, no DP attention) with ``users`` in a closed loop, from the
+    model's own step times (mean-value iteration: prefill capped by its capacity, decode batch = users decoding)."""
+    t_prefill = perfmodel.prefill_time(isl, tp)
+    cap = prefills / t_prefill
+    rate, step = 0.1, perfmodel.decode_step_time(1, tp)
+    for _ in range(400):
+        decoding = min(users, rate * osl * step)
+        batch = decoding / decodes
+        step = perfmodel.decode_step_time(max(1, round(batch)), tp, int(batch * (isl + osl / 2)))
+        rate = 0.7 * rate + 0.3 * min(cap, users / (t_prefill + osl * step))
+    return rate * osl / (tp * (prefills + decodes))
+
+
+def test_prefill_heavy_favours_more_prefill_and_decode_heavy_more_decode():
+    """Issue 40.5: the model's own consequence, which the layout search finds on the demo (bench/layout_search.py)."""
+    for isl, osl, winner in ((8192, 1024, (2, 1)), (1024, 8192, (1, 2))):
+        per_gpu = {lay: steady_out_per_gpu(*lay, isl, osl, 32) for lay in ((1, 1), (1, 2), (2, 1))}
+        assert max(per_gpu, key=per_gpu.get) == winner, (isl, osl, per_gpu)
+
+
+def test_decode_steps_read_the_context_and_prefill_attention_grows_with_the_square():
+    assert perfmodel.decode_step_time(32, 8, 32 * 9000) > 1.5 * perfmodel.decode_step_time(32, 8, 32 * 100)
+    one_long = perfmodel.prefill_time(8192, 8)  # one prompt of 8k: its attention is 8k^2 / 2 pairs
+    eight_short = perfmodel.prefill_time(8192, 8, 8 * 1024 ** 2)  # the same tokens as eight 1k prompts
+    assert one_long > eight_short

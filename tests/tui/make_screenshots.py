@@ -119,6 +119,36 @@ async def _bench(pilot) -> None:
     await pilot.pause(0.3)
 
 
+async def _bench_trouble(pilot) -> None:
+    """The Bench view of a run whose decode froze during the last step: named live, the step INVALID."""
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from tests.measure.fakebench import benched_with_trouble
+
+    app = pilot.app
+    run = _fake("degraded")
+    benched_with_trouble(run)
+    app.runs.attach(run, watch=False)
+    app.switch_mode("bench")
+    await pilot.pause(0.3)
+
+
+async def _sweep(pilot) -> None:
+    """The Sweep view of a finished layout search (tests/measure/fakebench.py)."""
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from tests.measure.fakebench import fake_search
+
+    app = pilot.app
+    app.switch_mode("sweep")
+    await pilot.pause(0.2)
+    screen = app.screen
+    screen.search = fake_search()
+    screen.drawn = None
+    screen._tick()
+    await pilot.pause(0.3)
+
+
 async def _focus_pairs(pilot) -> None:
     """Scroll the handshake panel into view (at 100x30 it is below the tables)."""
     box = pilot.app.screen.query_one("#pairs-box")
@@ -511,6 +541,10 @@ SHOTS: dict[str, tuple[dict, tuple[int, int], Step]] = {
     "54-contexts-switcher": ({"fetch": _offline, "ask_clusters": False}, BIG, _contexts),
     "55-contexts-switcher-100x30": ({"fetch": _offline, "ask_clusters": False}, SMALL, _contexts),
     "56-run-header-context-100x30": ({"fetch": _offline, "ask_clusters": False}, SMALL, _runs_across(("4",))),
+    "57-bench-invalid-step": ({}, BIG, _bench_trouble),
+    "58-bench-invalid-step-100x30": ({}, SMALL, _bench_trouble),
+    "59-sweep-layouts": ({}, BIG, _sweep),
+    "60-sweep-layouts-100x30": ({}, SMALL, _sweep),
 }
 
 

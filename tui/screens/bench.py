@@ -24,33 +24,57 @@ from textual.widgets import DataTable, Input, Label, ProgressBar, Static
 from ...core.measure import compare
 from ...core.measure.errors import MeasureInputError
 from ...core.measure.results import BENCH_DIR, load_all
+from ...core.measure.validity import short_reason
 from ...core.measure.workload import Workload, parse_concurrencies
 from .. import bindings
 from ..widgets.context_bar import ContextBar
 from ..widgets.footer import QuietFooter
-from ..widgets.pareto import Curve, ParetoChart, chart_svg, curve_of
+from ..widgets.pareto import Curve, ParetoChart, chart_box_title, chart_svg, curve_of
 from ..widgets.serving_panel import rate_of, row_words
 from .base import ViewScreen
 from .run import run_context
 
 if TYPE_CHECKING:
     from ...core.measure.stats import RequestRecord
-    from ...core.measure.sweep import Progress, StepResult
+    from ...core.measure.sweep import Live, Progress, StepResult
     from ...core.run.events import RunState
     from ..protocols import Console
 
 FIELDS = [("isl", "ISL"), ("osl", "OSL"), ("concurrency", "Concurrency"), ("num_prompts", "Prompts/step"),
           ("random_range_ratio", "Range ratio"), ("seed", "Seed"), ("dataset", "Dataset (JSONL)")]
-COLUMNS = [("conc", "CONC"), ("ok", "OK"), ("fail", "FAIL"), ("short", "SHORT"), ("out", "OUT TOK/S"),
-           ("gpu", "TOK/S/GPU"), ("user", "TOK/S/USER"), ("ttft", "TTFT p50"), ("ttft99", "TTFT p99"),
-           ("tpot", "TPOT p50"), ("itl", "ITL p50"), ("e2e", "E2E p50")]
+COLUMNS = [("conc", "CONC"), ("valid", "VALID"), ("ok", "OK"), ("fail", "FAIL"), ("short", "SHORT"),
+           ("out", "OUT TOK/S"), ("gpu", "TOK/S/GPU"), ("user", "TOK/S/USER"), ("ttft", "TTFT p50"),
+           ("ttft99", "TTFT p99"), ("tpot", "TPOT p50"), ("itl", "ITL p50"), ("e2e", "E2E p50")]
 
 
-def step_cells(r: dict) -> tuple:
-    return (str(r["max_concurrency"]), str(r["completed"]), str(r["failed"]), str(r["short"]),
-            f"{r['output_throughput']:.1f}", f"{r.get('output_throughput_per_gpu', 0):.2f}",
+def step_cells(r: dict, basis: str = compare.DEFAULT_BASIS) -> tuple:
+    valid = Text("yes", style="green") if r.get("valid", True) else Text("NO", style="bold red")
+    return (str(r["max_concurrency"]), valid, str(r["completed"]), str(r["failed"]), str(r["short"]),
+            f"{r['output_throughput']:.1f}", f"{compare.y_of(r, basis):.2f}",
             f"{r['interactivity']:.2f}", f"{r['median_ttft_ms']:.1f}", f"{r['p99_ttft_ms']:.1f}",
             f"{r['median_tpot_ms']:.2f}", f"{r['median_itl_ms']:.2f}", f"{r['median_e2el_ms']:.1f}")
+
+
+def health_text(state: RunState, running: bool, trouble: list[str]) -> Text:
+    """The run's health as core's state has it (evidence.sick): who is unhealthy, since when, why; and what it
+    means for the step under way (its verdict: live.trouble). Empty when all is well."""
+    from ...core.measure.evidence import sick
+
+    out = Text()
+    if state.status in ("stopping", "stopped", "dirty"):
+        return out
+    for n in sick(state, since=True):
+        if out:
+            out.append("\n")
+        out.append("▲ ", style="bold red")
+        out.append(f"{n.process} ", style="bold")
+        out.append(n.what.upper(), style="bold red")
+        if n.detail:
+            out.append(f" · {n.detail[:150]}", style="red")
+    if running and trouble:
+        out.append("\n" if out else "")
+        out.append("the step under way is INVALID and stopped: " + ", ".join(dict.fromkeys(trouble)), style="bold red")
+    return out
 
 
 def server_text(state: RunState) -> Text:
@@ -86,6 +110,9 @@ class BenchScreen(ViewScreen):
         self.reports: list[dict] = []    # every comparable bench (this run's last is current)
         self.status = ""
         self.drawn = None
+        self.health_drawn: tuple = ()
+        self.basis = compare.DEFAULT_BASIS  # per GPU as srt-slurm (all GPUs) or InferenceX (decode GPUs): key g
+        self.live_step: Live | None = None  # the sweep's live view while a bench runs (trouble, counts)
 
     @property
     def console(self) -> Console:
@@ -103,6 +130,7 @@ class BenchScreen(ViewScreen):
                         yield Input(id=f"bench-{key}", classes="bench-input")
                 yield Static("", id="bench-status")
             with Vertical(id="bench-right"):
+                yield Static("", id="bench-health")  # the run's health, live: a process gone wrong is named here
                 with VerticalScroll(id="bench-progress", classes="run-box") as box:
                     box.border_title = "Steps"
                 with Vertical(id="bench-table-box", classes="run-box") as box:
@@ -111,7 +139,8 @@ class BenchScreen(ViewScreen):
                     # what the servers themselves say meanwhile (the run view's Serving panel, in words)
                     yield Static("", id="bench-server")
         with Vertical(id="bench-chart-box", classes="run-box") as box:
-            box.border_title = "Pareto · output tok/s per GPU vs tok/s per user"
+            box.border_title = chart_box_title(self.basis)
+            box.border_subtitle = "g: per GPU basis"
             yield ParetoChart(id="bench-chart")
         yield QuietFooter()
 
@@ -190,6 +219,15 @@ class BenchScreen(ViewScreen):
         if self.running:
             self.workers.cancel_group(self, "bench")
 
+    def action_basis(self) -> None:
+        """Switch per GPU between srt-slurm's (output / all GPUs) and InferenceX's (output / decode GPUs)."""
+        self.basis = "decode" if self.basis == "all" else "all"
+        self.query_one("#bench-chart-box").border_title = chart_box_title(self.basis)
+        self.query_one(DataTable).clear()
+        self._say(f"per GPU: {compare.BASES[self.basis][2]}")
+        self.drawn = None
+        self._tick()
+
     def action_export(self) -> None:
         live = self.console.live
         if live is None or not self.reports:
@@ -197,13 +235,14 @@ class BenchScreen(ViewScreen):
             return
         d = Path(live.run.rd.path) / BENCH_DIR
         stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(self.console.now()))
-        table = compare.rows(self.reports)
+        table = compare.rows(self.reports, basis=self.basis)
         try:
             d.mkdir(mode=0o700, exist_ok=True)
             (d / f"compare-{stamp}.json").write_text(json.dumps({"rows": table, "benches": [
                 r.get("path") for r in self.reports]}, indent=2))
             (d / f"compare-{stamp}.csv").write_text(compare.to_csv(table))
-            (d / f"compare-{stamp}.svg").write_text(chart_svg(self._curves(), title=self._chart_title()))
+            (d / f"compare-{stamp}.svg").write_text(chart_svg(self._curves(), title=self._chart_title(),
+                                                              basis=self.basis))
         except OSError as e:
             self._say(f"cannot write the export into {d}: {e}", error=True)
             return
@@ -225,8 +264,12 @@ class BenchScreen(ViewScreen):
         def on_step(i: int, step: StepResult) -> None:
             self.results.append(step.summary)
 
+        from ...core.measure.sweep import Live
+
+        self.live_step = Live()
         try:
-            report = await bench(target, w, on_record=on_record, on_step=on_step)
+            # the console's watcher process scrapes for stalls already: the bench's sentinel asks health only
+            report = await bench(target, w, on_record=on_record, on_step=on_step, live=self.live_step, stalls=False)
         except MeasureInputError as e:
             self._say(str(e), error=True)
         except Exception as e:  # a failed bench must never take the console down
@@ -264,21 +307,50 @@ class BenchScreen(ViewScreen):
 
     def _tick(self) -> None:
         self._draw_server()
-        key = (self.running, tuple(sorted(self.counts.items())), len(self.results), len(self.reports))
+        self._draw_health()
+        trouble = tuple(self.live_step.trouble) if self.live_step is not None and self.running else ()
+        key = (self.running, tuple(sorted(self.counts.items())), len(self.results), len(self.reports), trouble,
+               self.basis)
         if key == self.drawn or not self.is_mounted:
             return
         self.drawn = key
+        under_way = self.live_step.step if self.live_step is not None and self.running else -1
         for i, (done, failed, total) in self.counts.items():
             for bar in self.query(f"#bench-bar-{i}").results(ProgressBar):
                 bar.update(total=total, progress=done + failed)
             for label in self.query(f"#bench-count-{i}").results(Label):
-                label.update(f"{done}/{total}" + (f" [$text-error]{failed} failed[/]" if failed else ""))
+                words = f"{done}/{total}" + (f" [$text-error]{failed} failed[/]" if failed else "")
+                verdict = short_reason(self.results[i]) if i < len(self.results) else ""
+                if i == under_way and trouble and i >= len(self.results):
+                    verdict = "stopping: " + ", ".join(dict.fromkeys(trouble))
+                if verdict:
+                    words += f" [bold $text-error]INVALID[/] [$text-error]{escape(verdict[:120])}[/]"
+                elif i < len(self.results):
+                    words += " [$text-success]valid[/]"
+                label.update(words)
         table = self.query_one(DataTable)
         if table.row_count != len(self.results):
             table.clear()
             for r in self.results:
-                table.add_row(*step_cells(r), key=str(r["max_concurrency"]))
+                table.add_row(*step_cells(r, self.basis), key=str(r["max_concurrency"]))
         self._draw_chart()
+
+    def _draw_health(self) -> None:
+        """The run's health from core's state, redrawn when it changes (a frozen process named at once)."""
+        live = self.console.live
+        if live is None or not self.is_mounted:
+            return
+        s = live.state
+        trouble = list(self.live_step.trouble) if self.live_step is not None and self.running else []
+        key = (tuple((n, p.stage, p.health_detail) for n, p in s.procs.items()),
+               tuple((k, p.stage) for k, p in s.pairs.items()), s.status, self.running, tuple(trouble))
+        if key == self.health_drawn:
+            return
+        self.health_drawn = key
+        text = health_text(s, self.running, trouble)
+        box = self.query_one("#bench-health", Static)
+        box.display = bool(text)
+        box.update(text)
 
     def _draw_server(self) -> None:
         """The servers' own live rates beside the client's figures: each endpoint's scraped metrics
@@ -355,11 +427,12 @@ class BenchScreen(ViewScreen):
         run_id = live.id if live else None
         mine = [r for r in self.reports if r.get("run") == run_id]
         current = mine[-1] if mine and not self.running else None
-        curves = [curve_of(r) for r in self.reports if r is not current]
+        curves = [curve_of(r, basis=self.basis) for r in self.reports if r is not current]
         if self.running and self.results and live is not None:  # the bench under way, step by step
-            curves.append(curve_of({"layout": live.run.plan.shape, "results": self.results}, current=True))
+            curves.append(curve_of({"layout": live.run.plan.shape, "results": self.results}, current=True,
+                                   basis=self.basis))
         elif current is not None:
-            curves.append(curve_of(current, current=True))
+            curves.append(curve_of(current, current=True, basis=self.basis))
         return curves
 
     def _chart_title(self) -> str:
@@ -368,4 +441,4 @@ class BenchScreen(ViewScreen):
         return f"{model} · {self.workload.key if self.workload else ''}"
 
     def _draw_chart(self) -> None:
-        self.query_one(ParetoChart).show(self._curves(), self._chart_title())
+        self.query_one(ParetoChart).show(self._curves(), self._chart_title(), self.basis)

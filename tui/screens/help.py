@@ -30,7 +30,8 @@ class HelpScreen(ModalScreen[None]):
         views = dict(getattr(self.app, "views", []))
         for scope, group in bindings.SCOPES.items():
             for b in group:
-                if b.action.startswith("view(") and b.action[6:-2] not in views:
+                if b.action.startswith("view(") and b.action[6:-2] not in views \
+                        and b.action[6:-2] not in getattr(self.app, "MODES", {}):
                     continue  # a view that is not there (yet)
                 table.add_row(scope, self.keys_of(b), b.id or "", b.description)
         table.add_row("Everywhere", self.app.get_key_display(Binding(self.app.COMMAND_PALETTE_BINDING, "")),
