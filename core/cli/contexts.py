@@ -1,7 +1,7 @@
 """--cluster / --context on every verb, and `atomdeck context` (list the clusters, set the current one).
 
 One rule, three kinds of verb (README.md "Several clusters" says the same):
-  - verbs that plan or launch (plan, lint, nodes, up, drill, tui): the cluster they work on. Named with
+  - verbs that plan or launch (plan, lint, nodes, up, sweep, drill, tui): the cluster they work on. Named with
     --cluster NAME|FILE or --context NAME, else the clusters file's `current:`, else the demo (local).
   - verbs on runs (status, watch, logs, down, snapshot, restart, remove, add, bench, compare): a run carries its
     own cluster (its directory keeps the cluster file it was launched with), so without a flag any run is taken.

@@ -11,13 +11,14 @@ import sys
 import time
 
 from ..measure.errors import MeasureInputError
+from .contexts import add_args, design_cluster
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("sweep", help="layout search: bring the recipe up in each layout in turn on the same nodes, "
                                      "bench each, recommend the best per GPU within the SLO")
     p.add_argument("recipe", help="recipe name (from recipes/) or path to a .yaml file")
-    p.add_argument("--cluster", "-c", default=None, help="cluster name or path; default local")
+    add_args(p, "design")
     p.add_argument("--nodes", "-w", required=True, help="comma-separated nodes, in rank order: each layout takes the "
                                                        "first it needs (prefill first)")
     p.add_argument("--layouts", required=True, metavar="LIST",
@@ -93,7 +94,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         w.validate()
     except MeasureInputError as e:
         return _fail(str(e))
-    spec = SearchSpec(recipe.name if args.recipe == recipe.name else args.recipe, args.cluster or "local", nodes,
+    spec = SearchSpec(recipe.name if args.recipe == recipe.name else args.recipe, design_cluster(args), nodes,
                       layouts, w, slo, args.job, args.per_gpu)
     try:
         search = Search.open(spec, fresh=args.fresh)

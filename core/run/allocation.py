@@ -10,14 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..config.cluster import load_cluster
-from ..config.paths import find_cluster
+from ..config.clusters import load as load_cluster
 
 
 async def hold_nodes(cluster_name: str, nodes: list[str], owner: str, directory: str,
                      say: Callable[[str], None] | None = None) -> str | None:
     """A running Slurm job holding `nodes` (its id), or None when the cluster is not Slurm."""
-    cluster = load_cluster(find_cluster(cluster_name))
+    cluster = load_cluster(cluster_name)[0]  # a name of the clusters file too
     if cluster.launcher != "slurm":
         return None
     from ..launch.slurm import SlurmLauncher
@@ -36,7 +35,7 @@ async def hold_nodes(cluster_name: str, nodes: list[str], owner: str, directory:
 
 async def release_hold(cluster_name: str, job_id: str, owner: str, directory: str) -> list[str]:
     """Cancel a job hold_nodes made; what was done, in words."""
-    cluster = load_cluster(find_cluster(cluster_name))
+    cluster = load_cluster(cluster_name)[0]  # a name of the clusters file too
     from ..launch.slurm import SlurmLauncher
 
     launcher = SlurmLauncher(owner, directory, cluster, {"job_id": job_id, "job_owned": True})

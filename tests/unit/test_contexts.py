@@ -183,11 +183,12 @@ def test_design_verbs_work_on_the_named_cluster_else_the_current_one():
 
 @pytest.mark.parametrize("verb", ["plan", "lint", "nodes", "up", "status", "watch", "logs", "down", "runs", "bench",
                                   "compare", "snapshot", "restart", "remove", "add", "drill", "tui", "import",
-                                  "export"])
+                                  "export", "sweep"])
 def test_every_verb_takes_context_and_refuses_an_unknown_one_alike(verb):
     args = {"plan": ["demo-1p1d"], "lint": ["demo-1p1d"], "up": ["demo-1p1d"], "logs": ["r1"], "down": ["r1"],
             "bench": ["r1"], "compare": ["r1"], "snapshot": ["r1"], "drill": ["list"],
             "restart": ["r1", "decode-0"], "remove": ["r1", "decode-0"], "add": ["r1", "--role", "decode"],
+            "sweep": ["demo-1p1d", "--nodes", "demo-n01,demo-n02", "--layouts", "1p1d"],
             "import": ["srt-slurm", "x.yaml"], "export": ["srt-slurm", "demo-1p1d"]}.get(verb, [])
     if verb == "tui":  # (no --json: the console)
         p = atomdeck(verb, "--context", "nowhere")

@@ -144,7 +144,11 @@ class SweepScreen(ViewScreen):
                              num_prompts=number("num_prompts", "Prompts/step"))
         w.validate()
         recipe = str(ws.recipe_path) if ws.recipe_path else ws.recipe.name
-        cluster = str(ws.cluster_path) if ws.cluster_path else ws.cluster.name
+        from ...core.config.clusters import clusters_file
+
+        # a cluster of the clusters file by its name (that file is no cluster file); another by its file
+        in_file = ws.cluster_path is None or ws.cluster_path.resolve() == clusters_file().resolve()
+        cluster = ws.cluster.name if in_file else str(ws.cluster_path)
         return SearchSpec(recipe, cluster, nodes, layouts, w, slo, None, self.basis)
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
