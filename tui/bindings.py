@@ -173,7 +173,8 @@ HELP = [
 # Where each group applies, for the help screen.
 SCOPES: dict[str, list[Binding]] = {
     "Everywhere": APP, "Nodes": NODES, "Layout": LAYOUT, "Preview": PREVIEW, "Run": RUN, "Logs": LOGS,
-    "Runs": RUNS, "Contexts": CONTEXTS, "Bench": BENCH, "Sweep": SWEEP, "Teardown": TEARDOWN, "Open": START,
+    "Snapshot": SNAPSHOT, "Runs": RUNS, "Contexts": CONTEXTS, "Bench": BENCH, "Sweep": SWEEP, "Teardown": TEARDOWN,
+    "Open": START,
     "Dialogs": DIALOG, "Help": HELP,
 }
 
