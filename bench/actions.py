@@ -7,6 +7,7 @@ SIGKILLed) with `restart: {backoff_seconds: 0}`: from its death to detected, rel
 srt-slurm's PR #451 (a dead worker detected in 5 s, relaunched after 10 s, serving again after 74-81 s).
 
     python bench/actions.py [local] [lab] [lab-ssh]      (the lab ones need tests/cluster/up.sh)
+    python bench/actions.py policy [local] [lab] [lab-ssh]   (the restart policy alone)
 
 The simulator at ATOMSIM_SPEED 1: a TP8 worker's start takes about 4 s, as the demo's."""
 
@@ -27,28 +28,34 @@ from atomdeck.core.run import actions
 from atomdeck.core.run.adding import add
 from atomdeck.core.run.inventory import fetch_inventory
 from atomdeck.core.run.run import Run
-from common import save
+from common import load, save
 
 from tests.load import Load
 
 SPEED = "1"
 
 
-def split(result, state, name: str) -> dict:
-    """The action's time from its request to the worker serving again, split into the engine's own start and
-    atomdeck's part (everything else)."""
-    at = {step: t for t, step, _ in result.steps}
+def split(result, state, name: str, kind: str) -> dict:
+    """The action's time from its request to the worker serving again, split into the drain (its requests in
+    flight finishing, as the worker's own /metrics tell it: ATOM refreshes them every 5 s), the engine's own
+    start (its process started -> its port answered /health) and atomdeck's own part (everything else)."""
+    first: dict[str, float] = {}
+    last: dict[str, float] = {}
+    for t, step, _ in result.steps:
+        first.setdefault(step, t)
+        last[step] = t
     t0 = result.steps[0][0]
-    p = state.procs[name]
-    serving = p.stages.get("serving")
-    engine = (at.get("ready", t0) - at.get("starting", t0)) if "starting" in at else 0.0
-    total = (serving - t0) if serving else None
+    drain = last["drained"] - first["draining"] if "drained" in last else 0.0
+    engine = last["ready"] - first["starting"] if "starting" in first and "ready" in last else 0.0
+    serving = state.procs[name].stages.get("serving") if kind != "remove" else None
+    total = serving - t0 if serving and serving > t0 else None
     return {"outcome": result.outcome, "took_s": round(result.took_s, 2),
             "to_serving_s": round(total, 2) if total is not None else None,
-            "engine_start_s": round(engine, 2),
-            "atomdeck_s": round(total - engine, 2) if total is not None else None,
-            "drain_s": round(at.get("drained", t0) - at.get("draining", t0), 2) if "drained" in at else None,
-            "steps": [(round(t - t0, 2), step) for t, step, _ in result.steps]}
+            "drain_s": round(drain, 2), "engine_start_s": round(engine, 2),
+            "atomdeck_s": round((total if total is not None else result.took_s) - engine - drain, 2),
+            "smoke_confirm_s": round(last["done"] - first["smoke"], 2) if "smoke" in first and "done" in last
+            else None,
+            "steps": [(round(t - t0, 2), step, detail) for t, step, detail in result.steps]}
 
 
 async def acting(run_id: str, fn):
@@ -82,16 +89,19 @@ async def one(cluster: str) -> dict:
                     ("restart prefill", "prefill-1", lambda r: actions.restart(r, "prefill-1", drain_timeout=60)),
                     ("remove worker", "decode-1", lambda r: actions.remove(r, "decode-1", drain_timeout=60)),
                     ("add worker", "decode-1", lambda r: add(r, "decode"))):
+                kind = key.split()[0]
                 before_ok, before_failed = load.ok, len(load.failed)
                 result, st = await acting(run.id, fn)
                 await asyncio.to_thread(load.wait_for, load.ok + 20, 60)
-                row = split(result, st, name)
+                row = split(result, st, name, kind)
                 row["requests_ok"] = load.ok - before_ok
                 row["requests_failed"] = len(load.failed) - before_failed
                 row["failed_examples"] = load.failed[before_failed:before_failed + 3]
                 out[key] = row
-                print(f"{cluster:8} {key:16} {row['outcome']:6} failed {row['requests_failed']:3}  to serving "
-                      f"{row['to_serving_s']}s = engine {row['engine_start_s']}s + atomdeck {row['atomdeck_s']}s")
+                print(f"{cluster:8} {key:16} {row['outcome']:6} failed {row['requests_failed']:3}  "
+                      f"{'to serving' if row['to_serving_s'] is not None else 'took'} "
+                      f"{row['to_serving_s'] or row['took_s']}s = drain {row['drain_s']}s + engine "
+                      f"{row['engine_start_s']}s + atomdeck {row['atomdeck_s']}s", flush=True)
         if job:
             out["sacct"] = subprocess.run(["sacct", "-n", "-P", "-j", str(job), "--format=JobID,JobName,State"],
                                           capture_output=True, text=True).stdout.splitlines()
@@ -116,8 +126,13 @@ async def policy(cluster: str) -> dict:
     seen: dict[str, float] = {}
 
     def hear(e) -> None:
-        if e.name == "decode-0" and e.kind == "proc.exit":
-            seen.setdefault("exit_event", time.time())
+        if e.name == "decode-0" and e.kind == "proc.exit" and "exit_event" not in seen:
+            seen["exit_event"] = time.time()
+            # the supervisor's exit-code file, written at the death: the local launcher's, or the node's (the
+            # lab's nodes are network namespaces of this machine: their files are this machine's)
+            exit_file = Path(run.handles["decode-0"].exit_path or run.rd.path / "logs" / "decode-0.exit")
+            if exit_file.exists():
+                seen["died"] = exit_file.stat().st_mtime
 
     run.listeners.append(hear)
     try:
@@ -126,15 +141,13 @@ async def policy(cluster: str) -> dict:
         first = state.procs["decode-0"].pid
         await run.watch(until=lambda s: s.procs["decode-0"].pid not in (None, first)
                         and s.procs["decode-0"].stage == "serving", timeout=180)
-        h = run.handles["decode-0"]
-        exit_file = Path(run.rd.path / "logs" / "decode-0.exit") if h.launcher == "local" else None
         relaunch = next(a for a in run.state.actions.values() if a.source.startswith("restart policy"))
-        died = exit_file.stat().st_mtime if exit_file and exit_file.exists() else seen["exit_event"]
+        died = seen.get("died", seen["exit_event"])
         serving = run.state.procs["decode-0"].stages["serving"]
         return {"detected_after_s": round(seen["exit_event"] - died, 2),
                 "relaunch_started_after_s": round(relaunch.started - died, 2),
                 "serving_again_after_s": round(serving - died, 2),
-                "death_time_from": "its supervisor's exit-code file" if exit_file else "the exit event",
+                "death_time_from": "its supervisor's exit-code file" if "died" in seen else "the exit event",
                 "srt_slurm_pr451": {"detected_s": 5, "relaunched_after_s": 10, "serving_again_after_s": "74-81"}}
     finally:
         await run.teardown(grace=5)
@@ -142,9 +155,15 @@ async def policy(cluster: str) -> dict:
 
 
 async def main(clusters: list[str]) -> None:
-    results = {}
-    for c in clusters:
-        results[c] = await one(c)
+    """`policy CLUSTER...` measures the restart policy alone, kept beside the clusters' other figures."""
+    only_policy = clusters[:1] == ["policy"]
+    results = load().get("actions", {}) if only_policy else {}
+    results.pop("machine", None)
+    for c in clusters[1:] if only_policy else clusters:
+        if only_policy:
+            results.setdefault(c, {})["policy"] = await policy(c)
+        else:
+            results[c] = await one(c)
     save("actions", results)
 
 
