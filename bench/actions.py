@@ -30,6 +30,7 @@ from atomdeck.core.run.inventory import fetch_inventory
 from atomdeck.core.run.run import Run
 from common import load, save
 
+from tests.acting import acting
 from tests.load import Load
 
 SPEED = "1"
@@ -56,17 +57,6 @@ def split(result, state, name: str, kind: str) -> dict:
             "smoke_confirm_s": round(last["done"] - first["smoke"], 2) if "smoke" in first and "done" in last
             else None,
             "steps": [(round(t - t0, 2), step, detail) for t, step, detail in result.steps]}
-
-
-async def acting(run_id: str, fn):
-    run = Run.open(run_id)
-    watch = asyncio.create_task(run.watch())
-    try:
-        return await fn(run), run.state
-    finally:
-        watch.cancel()
-        await asyncio.gather(watch, return_exceptions=True)
-        await run.close()
 
 
 async def one(cluster: str) -> dict:

@@ -69,27 +69,28 @@ def _finish_flags(p, what: str) -> None:
 
 
 def cmd_restart(args: argparse.Namespace) -> int:
-    from ..run.actions import DRAIN_TIMEOUT_S, restart, rollback
+    from ..run.actions import restart
 
-    if args.drain_timeout is not None and args.drain_timeout < 0:
-        return fail(args.json, 2, "usage", "--drain-timeout takes seconds >= 0, e.g. --drain-timeout 30")
-    if args.rollback:
-        return _act(args, lambda run: rollback(run, args.process))
-    return _act(args, lambda run: restart(run, args.process, drain=not args.no_drain,
-                                          drain_timeout=DRAIN_TIMEOUT_S if args.drain_timeout is None
-                                          else args.drain_timeout, resume=args.resume))
+    return _drained(args, restart)
 
 
 def cmd_remove(args: argparse.Namespace) -> int:
-    from ..run.actions import DRAIN_TIMEOUT_S, remove, rollback
+    from ..run.actions import remove
+
+    return _drained(args, remove)
+
+
+def _drained(args: argparse.Namespace, action) -> int:
+    """restart and remove: a drain with its timeout, or --resume, or --rollback."""
+    from ..run.actions import DRAIN_TIMEOUT_S, rollback
 
     if args.drain_timeout is not None and args.drain_timeout < 0:
         return fail(args.json, 2, "usage", "--drain-timeout takes seconds >= 0, e.g. --drain-timeout 30")
     if args.rollback:
         return _act(args, lambda run: rollback(run, args.process))
-    return _act(args, lambda run: remove(run, args.process, drain=not args.no_drain,
-                                         drain_timeout=DRAIN_TIMEOUT_S if args.drain_timeout is None
-                                         else args.drain_timeout, resume=args.resume))
+    timeout = DRAIN_TIMEOUT_S if args.drain_timeout is None else args.drain_timeout
+    return _act(args, lambda run: action(run, args.process, drain=not args.no_drain, drain_timeout=timeout,
+                                         resume=args.resume))
 
 
 def cmd_add(args: argparse.Namespace) -> int:

@@ -19,6 +19,7 @@ from atomdeck.core.run import actions
 from atomdeck.core.run.intents import ActionBusy, read
 from atomdeck.core.run.run import Run
 
+from tests.acting import act
 from tests.leftovers import gone
 from tests.load import Load
 
@@ -35,20 +36,6 @@ def serve(ws, runs) -> Run:
         assert s.status == "serving", s.diagnosis
         await run.close()
         return run
-    return asyncio.run(go())
-
-
-def act(run_id: str, coro_fn):
-    """A new session acts on the run while it watches it (as the CLI verbs do): (result, its final state)."""
-    async def go():
-        run = Run.open(run_id)
-        watch = asyncio.create_task(run.watch())
-        try:
-            return await coro_fn(run), run.state
-        finally:
-            watch.cancel()
-            await asyncio.gather(watch, return_exceptions=True)
-            await run.close()
     return asyncio.run(go())
 
 

@@ -13,26 +13,13 @@ from atomdeck.core.run import actions
 from atomdeck.core.run.adding import add
 from atomdeck.core.run.run import Run
 
+from tests.acting import act
 from tests.leftovers import open_ports
 from tests.load import Load
 
 from .runhelpers import run_pids, serve, teardown, workspace
 
 pytestmark = [pytest.mark.lab, pytest.mark.slow]
-
-
-def act(run_id: str, coro_fn):
-    """A new session acts on the run while it watches it (as the CLI verbs do)."""
-    async def go():
-        run = Run.open(run_id)
-        watch = asyncio.create_task(run.watch())
-        try:
-            return await coro_fn(run), run.state
-        finally:
-            watch.cancel()
-            await asyncio.gather(watch, return_exceptions=True)
-            await run.close()
-    return asyncio.run(go())
 
 
 async def settled(run: Run, action, timeout: float = 20.0):
