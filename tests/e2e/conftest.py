@@ -55,3 +55,17 @@ async def until(cond, what: str, timeout: float = 60.0) -> None:
         if time.monotonic() - t0 > timeout:
             raise AssertionError(f"timed out waiting for {what}")
         await asyncio.sleep(0.02)
+
+
+def serving(ws, runs: list):
+    """Launch `ws` on the demo, record the run in `runs` (torn down after the test), wait until it serves; the
+    launching session is closed (a test acts on the run from new sessions, as the CLI does)."""
+    async def go():
+        run = await Run.launch(ws, ws.assess())
+        runs.append(run)
+        s = await run.watch(until=lambda s: s.status in ("serving", "failed"), timeout=60)
+        assert s.status == "serving", s.diagnosis
+        await run.close()
+        return run
+    return asyncio.run(go())
+

@@ -23,20 +23,13 @@ from tests.acting import act
 from tests.leftovers import gone
 from tests.load import Load
 
-from .conftest import workspace
+from .conftest import serving, workspace
 
 pytestmark = pytest.mark.slow
 
 
 def serve(ws, runs) -> Run:
-    async def go():
-        run = await Run.launch(ws, ws.assess())
-        runs.append(run)
-        s = await run.watch(until=lambda s: s.status in ("serving", "failed"), timeout=60)
-        assert s.status == "serving", s.diagnosis
-        await run.close()
-        return run
-    return asyncio.run(go())
+    return serving(ws, runs)
 
 
 def two_by_two():

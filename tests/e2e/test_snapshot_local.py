@@ -26,7 +26,7 @@ from atomdeck.core.run.snapshot import fold, fold_keys
 
 from tests.frozen import request_in_flight
 
-from .conftest import workspace
+from .conftest import serving, workspace
 
 pytestmark = pytest.mark.slow
 HANG = {"ATOMSIM_HANG_AFTER": "4", "ATOMSIM_HANG_RANK": "TP7"}  # (after the launch's smoke request)
@@ -39,16 +39,7 @@ def cli(*args: str, setpriv: bool = False) -> subprocess.CompletedProcess:
 
 
 def serve(runs: list, **edits) -> Run:
-    ws = workspace("demo-1p1d", **edits)
-
-    async def go() -> Run:
-        run = await Run.launch(ws, ws.assess())
-        runs.append(run)
-        s = await run.watch(until=lambda s: s.status in ("serving", "failed"), timeout=60)
-        assert s.status == "serving", s.diagnosis
-        await run.close()
-        return run
-    return asyncio.run(go())
+    return serving(workspace("demo-1p1d", **edits), runs)
 
 
 def hung_with_requests(runs: list, n: int = 3) -> Run:
