@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import random
 import subprocess
@@ -142,17 +143,37 @@ def test_importing_core_does_not_import_asyncssh():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
-async def _until(cond, timeout: float = 5.0):
+async def _until(cond, timeout: float = 5.0, poll: float = 0.02):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if v := cond():
             return v
-        await asyncio.sleep(0.02)
+        await asyncio.sleep(poll)
     raise AssertionError("condition not met in time")
 
 
 async def _gone(marker: str) -> None:
-    deadline = time.monotonic() + 30  # a guard for a condition, not a timing: the process goes when its channel closes
+    deadline = time.monotonic() + 20  # a guard for a condition, not a timing: the process goes when its channel closes
     while processes_matching(marker):
         assert time.monotonic() < deadline, f"remote process {marker} outlived its channel"
         await asyncio.sleep(0.05)
+
+
+
+async def test_a_run_cancelled_at_any_moment_of_its_start_leaves_nothing(sshd, target):
+    """Cancelled at every moment from the channel open to the command running (CI once cancelled
+    inside the open, after sshd had started the command: the channel stayed open and the command
+    outlived the run)."""
+    r = SshRunner(target(sshd))
+    await r.connect()
+    markers = []
+    for i in range(40):
+        marker = f"{700 + os.getpid() % 97}.{random.randint(10**6, 10**7)}"
+        markers.append(marker)
+        task = asyncio.ensure_future(r.run(["sleep", marker]))
+        await asyncio.sleep(0.001 * i)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    for marker in markers:
+        await _gone(marker)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import posixpath
 import shlex
 import signal
@@ -84,7 +85,7 @@ class SshRunner(Runner):
         async with entry.session():
             conn = await entry.get()
             with _mapped(entry, f"running `{shlex.join(argv[:3])}`"):
-                proc = await _open_process(conn, cmd, encoding="utf-8", errors="replace")
+                proc = await _open_process(conn, cmd, guarded=input is None, encoding="utf-8", errors="replace")
                 try:
                     if input is not None:
                         proc.stdin.write(input)
@@ -92,14 +93,14 @@ class SshRunner(Runner):
                     async with asyncio.timeout(timeout):
                         out, err = await proc.communicate()
                 except TimeoutError:
-                    _hang_up(proc)
+                    _hang_up(proc, guarded=input is None)
                     res = Result(argv, 124, "", f"timed out after {timeout:g}s")
                     if check:
                         raise CommandError(res) from None
                     return res
                 finally:
                     if proc.exit_status is None and proc.exit_signal is None:
-                        _hang_up(proc)
+                        _hang_up(proc, guarded=input is None)
         rc = _exit_code(proc)
         if rc is None:
             raise entry.lost_error(None, f"running `{shlex.join(argv[:3])}`")
@@ -233,15 +234,21 @@ def _mapped(entry: SshConnection, what: str) -> Iterator[None]:
         raise entry.lost_error(exc, what) from None
 
 
-async def _open_process(conn: asyncssh.SSHClientConnection, cmd: str, **kw: Any) -> Any:
+async def _open_process(conn: asyncssh.SSHClientConnection, cmd: str, *, guarded: bool = True, **kw: Any) -> Any:
     """Open a session channel. sshd frees a finished session's slot a moment after the channel
     closes, so an open that races it is refused although we hold at most MAX_SESSIONS: retry
     briefly before calling it an error."""
     import asyncssh
 
     for delay in (*SESSION_OPEN_RETRY.delays(), None):
+        opening = asyncio.ensure_future(conn.create_process(cmd, **kw))
         try:
-            return await conn.create_process(cmd, **kw)
+            return await asyncio.shield(opening)
+        except asyncio.CancelledError:
+            # asyncssh leaves the channel open when the exec request is cancelled, and sshd may
+            # already run the command: hang it up as soon as the open completes.
+            opening.add_done_callback(functools.partial(_hang_up_opened, guarded=guarded))
+            raise
         except asyncssh.ChannelOpenError:
             if delay is None:  # sshd says only "open failed" (code 2) whatever the cause
                 raise
@@ -249,11 +256,18 @@ async def _open_process(conn: asyncssh.SSHClientConnection, cmd: str, **kw: Any)
     raise AssertionError("unreachable")
 
 
-def _hang_up(proc: Any) -> None:
-    # Closing the channel is what the remote guard waits for; a signal request helps commands run
-    # without the guard (input= given) on OpenSSH >= 7.9.
+def _hang_up_opened(opening: asyncio.Future[Any], *, guarded: bool) -> None:
+    if not opening.cancelled() and opening.exception() is None:
+        _hang_up(opening.result(), guarded=guarded)
+
+
+def _hang_up(proc: Any, *, guarded: bool = True) -> None:
+    # Closing the channel is what the remote guard waits for: its watcher reads EOF and kills the
+    # command's process group. A signal request (OpenSSH >= 7.9) is only for commands run without
+    # the guard (input= given): sent to a guarded command it would SIGKILL the guard itself, and if
+    # that lands after the guard started the command but before its watcher, the command outlives us.
     with contextlib.suppress(Exception):
-        if proc.exit_status is None and proc.exit_signal is None:
+        if not guarded and proc.exit_status is None and proc.exit_signal is None:
             proc.send_signal("KILL")
     with contextlib.suppress(Exception):
         proc.close()
