@@ -79,6 +79,7 @@ async def take(run: Run, names: list[str] | None = None, *, spy_parallel: int = 
     pyspy: dict[str, str] = {}
     conns: list[tuple] = []
     gate = asyncio.Semaphore(node_fanout)
+    low = _low_priority(run.cluster.launcher)
 
     def unanswered(node: str, members: list[str], why: str) -> None:
         nodes[node] = f"did not answer: {why}"
@@ -97,9 +98,7 @@ async def take(run: Run, names: list[str] | None = None, *, spy_parallel: int = 
             return
         async with gate:
             try:
-                # (at nice 19: the node's engines, and on the local launcher the console, keep the CPU first)
-                res = await run.launcher.node_run(node, ["nice", "-n", "19", "sh", "-c", SNAPSHOT_SCRIPT, "snapshot",
-                                                         spy, spy_dir,
+                res = await run.launcher.node_run(node, [*low, "sh", "-c", SNAPSHOT_SCRIPT, "snapshot", spy, spy_dir,
                                                          str(spy_parallel), *items], timeout=NODE_TIMEOUT_S)
             except (TimeoutError, OSError, AtomdeckError) as e:
                 return unanswered(node, members, str(e))
@@ -134,6 +133,16 @@ async def take(run: Run, names: list[str] | None = None, *, spy_parallel: int = 
     snap = Snapshot(run.id, taken_at, round(time.monotonic() - t0, 3), list(procs.values()), nodes, pyspy)
     snap.groups = group(snap.procs)
     return snap
+
+
+def _low_priority(launcher: str) -> list[str]:
+    """The node command's priority. At nice 19 the node's engines keep the CPU first; py-spy pauses each process it
+    dumps, so it must not starve behind them for long. On the local launcher the "nodes" are the console's own
+    machine: SCHED_IDLE, which any other task preempts at once, keeps the console's keys answered (at nice 19, 64
+    py-spy dumps at once still took half a core from it)."""
+    if launcher == "local" and shutil.which("chrt"):
+        return ["chrt", "--idle", "0"]
+    return ["nice", "-n", "19"]
 
 
 async def install_pyspy(run: Run, names: list[str] | None = None) -> list[str]:

@@ -23,6 +23,8 @@ SYSCALLS = {0: "read", 1: "write", 7: "poll", 23: "select", 35: "nanosleep", 42:
 STATES = {"R": "running", "S": "sleeping", "D": "uninterruptible (disk or driver)", "T": "stopped", "t": "traced",
           "Z": "zombie", "I": "idle"}
 _USERS = re.compile(r'\("([^"]*)",pid=(\d+),fd=\d+\)')
+_EXE = re.compile(r"/proc/(\d+)/exe -> (.*)$")                     # `ls -l` of the members' exe links
+_CMDLINE = re.compile(r"==> (?:/proc/(\d+)/cmdline|[^<]*) <== ?")   # `head` of their command lines, on one line
 
 
 @dataclass
@@ -141,8 +143,10 @@ def parse_node(text: str, roles: dict[str, str]) -> tuple[dict[str, str], dict[s
 
     for line in text.splitlines():
         if line.startswith("== "):
-            end_spy()
             head = line[3:].split()
+            if section == "spy" and head[:1] == ["spyrc"]:  # a dump's exit code, after its output
+                spy_rc = int(head[1]) if len(head) > 1 and head[1].lstrip("-").isdigit() else None
+            end_spy()
             section, cur, spy_lines = head[0] if head else "", None, []
             if section == "node":
                 facts.update(dict(kv.split("=", 1) for kv in head[2:] if "=" in kv))
@@ -160,6 +164,13 @@ def parse_node(text: str, roles: dict[str, str]) -> tuple[dict[str, str], dict[s
             _read_proc_line(cur, key, value)
         elif section == "spy":
             spy_lines.append(line)
+        elif section == "exe" and (m := _EXE.search(line)) and (r := by_pid.get(int(m[1]))):
+            r.exe = m[2].strip()
+        elif section == "cmdline":
+            heads = list(_CMDLINE.finditer(line))
+            for m, after in zip(heads, [*heads[1:], None], strict=True):
+                if m[1] and (r := by_pid.get(int(m[1]))):
+                    r.cmdline = line[m.end():after.start() if after else len(line)].strip()
         elif section == "ss" and line.strip():
             parts = line.split()
             if len(parts) >= 5:

@@ -27,6 +27,7 @@ from ...core.run.snapshot import STATES, Snapshot, compare, fold, fold_keys, ver
 from .. import bindings
 from ..widgets.context_bar import ContextBar
 from ..widgets.footer import QuietFooter
+from ..widgets.quiet import update_quietly
 from ..widgets.vtable import VirtualTable
 from .base import can_draw
 
@@ -173,7 +174,7 @@ class SnapshotScreen(Screen):
                                       Text(fold(g.members)), Text(g.where)]))
         self.table.set_rows(rows)
         foot = f"bundle: {snap.bundle}" if snap and snap.bundle else ""
-        self.query_one("#snap-foot", Static).update(escape(foot))
+        update_quietly(self.query_one("#snap-foot", Static), escape(foot))
         self._draw_detail()
 
     def _draw_head(self) -> None:
@@ -209,7 +210,9 @@ class SnapshotScreen(Screen):
                              "work in flight is stuck)[/dim]")
         elif not self.taking and not self.error:
             lines.append("no snapshot yet (r takes one)")
-        self.query_one("#snap-head", Static).update("\n".join(lines))
+        # (quietly: its clock ticks twice a second while a snapshot is taken, and a full update re-laid the whole
+        # screen out each time, the keys waiting behind it)
+        update_quietly(self.query_one("#snap-head", Static), "\n".join(lines))
 
     def _group(self, key: str | None):
         if key is None or not self.shots:
