@@ -343,7 +343,8 @@ def _yes(ok: bool) -> str:
 def rows(r: dict) -> list[str]:
     if "key_serving" not in r or "rss_max_mb" not in r:
         return []
-    shape = f"{r['nodes'] // 2}P{r['nodes'] // 2}D TP8 on {r['nodes']} simulated nodes ({r['processes']} processes)"
+    shape = (f"{r['nodes'] // 2}P{r['nodes'] // 2}D TP8 on {r['nodes']} simulated nodes ({r['processes']} process trees: "
+             f"a server, its EngineCore and 8 TP ranks per worker)")
     out = []
     for key, when in (("key_launching", "while core starts the processes (1 / 4: the Nodes view and back)"),
                       ("key_coming_up", "while it comes up"), ("key_serving", "while it serves")):

@@ -3,6 +3,8 @@ wait while one runs.
 
     bench/isolated .venv/bin/python bench/snapshot.py local [N]   # N/2 P N/2 D TP8 on an N-node local cluster (128)
     flock /tmp/atomdeck-lab.lock .venv/bin/python bench/snapshot.py lab   # 2P1D TP8 on the lab: Slurm and ssh
+    git show REV:core/launch/scripts/snapshot.sh > /tmp/old.sh
+    bench/isolated .venv/bin/python bench/snapshot.py ab /tmp/old.sh [N]  # that node script and this one, alternated
 
 - `local`: a synthetic N-node local cluster on 127.88.x.y (one worker per node: at 128, 129 process trees, 1,152
   rank processes, on this machine), launched with `atomdeck up` (the simulator at speed 20), serving. Then: the
@@ -322,6 +324,73 @@ def by_hand_ssh(snap: dict, spy: str) -> dict:
     return {"ranks": len(todo), "ok": ok, "total_s": round(time.monotonic() - t0, 2)}
 
 
+# ---- two node scripts alternated on one run, and what a snapshot costs a bare event loop ---------------------------
+
+def ab(old_script: str, n: int = 128, rounds: int = 3) -> dict:
+    """The node script at `old_script` (a copy of an earlier core/launch/scripts/snapshot.sh) and the current one,
+    alternated on one N-node run: wall time and the children's CPU of core's `take` with each. Then one `take` with
+    a 5 ms timer in the same loop, for how long the loop is held (no console: core's part alone)."""
+    from atomdeck.core.run import forensics
+    from atomdeck.core.run.run import Run
+
+    scripts = {"old": Path(old_script).read_text().split("\n", 1)[1], "new": forensics.SNAPSHOT_SCRIPT}
+    tmp = Path(tempfile.mkdtemp(prefix="atomdeck-snapbench-"))
+    os.environ["XDG_STATE_HOME"] = str(tmp / "state")
+    os.environ["XDG_CONFIG_HOME"] = str(tmp / "config")
+    (tmp / "cluster.yaml").write_text(cluster_yaml(n))
+    (tmp / "recipe.yaml").write_text(recipe_yaml(n))
+    run_id = up(str(tmp / "recipe.yaml"), str(tmp / "cluster.yaml"), timeout=1200)
+    out: dict = {"nodes": n, "run": run_id, "old_script": old_script, "old": [], "new": []}
+
+    def children_cpu() -> float:
+        r = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return r.ru_utime + r.ru_stime
+
+    async def take(which: str) -> None:
+        forensics.SNAPSHOT_SCRIPT = scripts[which]
+        run = Run.open(run_id)
+        try:
+            c0, t0 = children_cpu(), time.monotonic()
+            await forensics.take(run)
+            out[which].append({"wall_s": round(time.monotonic() - t0, 2), "children_cpu_s": round(children_cpu() - c0, 1)})
+            print(f"  {which}: {out[which][-1]}", flush=True)
+        finally:
+            await run.close()
+
+    async def loop_lag() -> dict:
+        run = Run.open(run_id)
+        lags: list[float] = []
+        done = False
+
+        async def probe() -> None:
+            while not done:
+                t = time.perf_counter()
+                await asyncio.sleep(0.005)
+                lags.append(time.perf_counter() - t - 0.005)
+        try:
+            p = asyncio.ensure_future(probe())
+            await forensics.take(run)
+            done = True
+            await p
+        finally:
+            await run.close()
+        return {"n": len(lags), **{f"p{q}_ms": round(pct(lags, q) * 1000, 1) for q in (50, 95, 99)},
+                "max_ms": round(max(lags) * 1000, 1)}
+
+    try:
+        time.sleep(5)
+        for _ in range(rounds):
+            for which in ("old", "new"):
+                asyncio.run(take(which))
+        forensics.SNAPSHOT_SCRIPT = scripts["new"]
+        out["loop_lag_during_take"] = asyncio.run(loop_lag())
+        print(f"  loop lag: {out['loop_lag_during_take']}", flush=True)
+    finally:
+        down(run_id)
+    save(f"snapshot-ab-{n}", out)
+    return out
+
+
 if __name__ == "__main__":
     sys.path.insert(0, str(ROOT))
     what = sys.argv[1] if len(sys.argv) > 1 else "local"
@@ -329,5 +398,7 @@ if __name__ == "__main__":
         print(json.dumps(local(int(sys.argv[2]) if len(sys.argv) > 2 else 128), indent=1, default=str))
     elif what == "lab":
         print(json.dumps(lab(), indent=1, default=str))
+    elif what == "ab" and len(sys.argv) > 2:
+        print(json.dumps(ab(sys.argv[2], int(sys.argv[3]) if len(sys.argv) > 3 else 128), indent=1, default=str))
     else:
-        raise SystemExit("usage: bench/snapshot.py local [N] | lab")
+        raise SystemExit("usage: bench/snapshot.py local [N] | lab | ab OLD_SNAPSHOT_SH [N]")
