@@ -72,7 +72,9 @@ def parse_addresses(text: str) -> Table:
             addr, _, port = f[3].rpartition(":")
             addr = addr.strip("[]").split("%", 1)[0]
             if port.isdigit():
-                out.update((a, int(port)) for a in (("0.0.0.0", "::") if addr == "*" else (addr,)))
+                # (`*` is how ss prints an IPv6 socket on :: that also takes IPv4: the kernel's table says ::, and
+                # `listens` counts :: for IPv4 addresses too)
+                out.add(("::" if addr == "*" else addr, int(port)))
     return frozenset(out)
 
 
