@@ -248,3 +248,25 @@ def test_the_bundle_has_one_file_per_node_process_and_rank(tmp_path):
         body = tar.extractfile(tp7).read().decode()  # type: ignore[union-attr]
         assert "recv_from_peer" in body and "syscall recvfrom" in body
         assert tar.extractfile(f"{top}/demo-n02/decode-0/last-lines.txt").read() == b"INFO: last line\n"  # type: ignore[union-attr]
+
+
+async def test_a_local_snapshot_yields_the_cpu_to_the_console():
+    """On the local launcher the node commands share the console's machine. They run in sessions of their own, and
+    with the kernel's autogroups a session is one scheduling group at nice 0 against the console's whatever its tasks'
+    policy: the command lowers its own group (16 at once had starved the console's keys for 30-140 ms)."""
+    import os
+    import shutil
+
+    from atomdeck.core.remote.shell import LocalRunner
+    from atomdeck.core.run.forensics import _low_priority
+
+    if not os.path.exists("/proc/self/autogroup"):
+        pytest.skip("this kernel has no autogroups (CONFIG_SCHED_AUTOGROUP): nothing to lower")
+    res = await LocalRunner().run([*_low_priority("local"), "sh", "-c", "cat /proc/self/autogroup; cat /proc/self/sched"])
+    assert res.ok, res.stderr
+    assert "nice 19" in res.stdout.splitlines()[0]
+    policy = next(line for line in res.stdout.splitlines() if line.startswith("policy"))
+    assert policy.split()[-1] == ("5" if shutil.which("chrt") else "0")  # SCHED_IDLE
+    mine = open("/proc/self/autogroup").read()
+    assert mine.split()[0] != res.stdout.split()[0]  # (its own group: this one is left as it was)
+    assert _low_priority("ssh") == ["nice", "-n", "19"] == _low_priority("slurm")
