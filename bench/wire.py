@@ -66,6 +66,7 @@ class Conn:
         self.head_done = False
         self.chunked = False
         self.body = b""
+        self.next_seq: dict[bool, int] = {}  # per direction (True: client -> server), the next byte expected
 
     def from_client(self, t: float, data: bytes) -> None:
         if data[:5] == b"POST " or data[:4] in (b"GET ", b"PUT ") or data[:7] == b"DELETE ":
@@ -160,7 +161,7 @@ def main(port: int, path: str) -> None:
     signal.signal(signal.SIGTERM, halt)
     signal.signal(signal.SIGINT, halt)
     conns: dict[int, Conn] = {}
-    packets = 0
+    packets = dup = 0
     with open(path, "w") as out:
         print("ready", flush=True)
         while not stop:
@@ -180,7 +181,13 @@ def main(port: int, path: str) -> None:
             packets += 1
             client = sport if dport == port else dport
             conn = conns.setdefault(client, Conn(out, client))
+            seq = struct.unpack("!I", data[tcp + 4:tcp + 8])[0]
+            way = dport == port
+            if payload and way in conn.next_seq and (seq - conn.next_seq[way]) % (1 << 32) > 1 << 31:
+                dup += 1  # a retransmission (or a copy) of bytes already taken
+                continue
             if payload:
+                conn.next_seq[way] = (seq + len(payload)) % (1 << 32)
                 if dport == port:
                     conn.from_client(ts, payload)
                 else:
@@ -191,7 +198,7 @@ def main(port: int, path: str) -> None:
         for c in conns.values():
             c.finish()
     ru = resource.getrusage(resource.RUSAGE_SELF)
-    print(json.dumps({"packets": packets, "cpu_s": round(ru.ru_utime + ru.ru_stime, 3)}), flush=True)
+    print(json.dumps({"packets": packets, "duplicates": dup, "cpu_s": round(ru.ru_utime + ru.ru_stime, 3)}), flush=True)
 
 
 if __name__ == "__main__":
