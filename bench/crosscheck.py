@@ -243,7 +243,7 @@ def med(xs: list[float]) -> float | None:
     return round(statistics.median(xs), 2) if xs else None
 
 
-def compare(tool: str, recs: list[dict], wire: list[dict], prompt_index: dict[str, int]) -> dict:
+def compare(tool: str, recs: list[dict], wire: list[dict], prompt_index: dict[str, int], conc: int) -> dict:
     """Each of the tool's requests against the wire's record of the same request."""
     pairs = []
     if tool == "aiperf":
@@ -267,7 +267,19 @@ def compare(tool: str, recs: list[dict], wire: list[dict], prompt_index: dict[st
     d_e2e = [r["e2e_ms"] - ((w["t_done"] or w["t_last"]) - w["t_post"]) * 1e3 for r, w in pairs
              if r["e2e_ms"] is not None]
     tpot = [((w["t_last"] - w["t_first"]) * 1e3) / (w["events"] - 1) for w in ws if w["events"] > 1]
+    ends = sorted((w["t_end"] or w["t_done"] or w["t_last"]) for w in ws)
+    posts = sorted(w["t_post"] for w in ws)
+    # the closed loop's refill: with `conc` in flight, request conc+i can be sent only once i responses ended
+    refill = [(posts[conc + i] - ends[i]) * 1e3 for i in range(len(posts) - conc)]
+    boot = random.Random(1)  # the median TTFT of this run's requests resampled: how much one run's median can say
+    meds = sorted(statistics.median(boot.choices(wire_ttft, k=len(wire_ttft))) for _ in range(1000))
     return {"matched": len(pairs), "wire_requests": len(wire),
+            "wire_mean_in_flight": round(sum(e2 / 1e3 for e2 in wire_e2e) / span, 2) if span > 0 else None,
+            "wire_refill_ms": {"median": med(refill), "p90": round(sorted(refill)[int(0.9 * (len(refill) - 1))], 2)}
+            if refill else None,
+            "wire_ttft_ms": {"p10": round(sorted(wire_ttft)[int(0.1 * (len(ws) - 1))], 1),
+                             "p90": round(sorted(wire_ttft)[int(0.9 * (len(ws) - 1))], 1),
+                             "median_95ci": [round(meds[25], 1), round(meds[974], 1)]},
             "window": (min(w["t_post"] for w in ws), max(w["t_done"] or w["t_last"] for w in ws)),
             "wire_output_throughput": round(events / span, 1) if span > 0 else None,
             "wire_span_s": round(span, 3), "wire_median_ttft_ms": med(wire_ttft), "wire_median_e2e_ms": med(wire_e2e),
@@ -337,7 +349,7 @@ async def main(args: argparse.Namespace) -> dict:
                 await asyncio.sleep(0.3)  # the capture's last lines
                 entry = summary | {"wall_s": round(wall, 1), "cpu_s": round(cpu, 1), "rep": rep}
                 if wire is not None:
-                    entry["wire"] = compare(tool, recs, wire_of(wire_path, t0, t1), prompt_index)
+                    entry["wire"] = compare(tool, recs, wire_of(wire_path, t0, t1), prompt_index, conc)
                     w = entry["wire"]
                     if w.get("matched"):  # the CPU while its measured requests were at the server
                         entry["measured_span"] = between(samples, w["window"][0], w["window"][1])
