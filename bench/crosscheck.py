@@ -393,6 +393,8 @@ if __name__ == "__main__":
     ap.add_argument("--aiperf-args", default="", help="more aiperf options, e.g. '--workers-max 1'")
     ap.add_argument("--name", default="", help="results section (default crosscheck_cN[_pinned])")
     a = ap.parse_args()
+    if not a.no_wire and os.geteuid() != 0:
+        raise SystemExit("the capture of the router's port (bench/wire.py) needs root; run as root or with --no-wire")
     result = asyncio.run(main(a))
     print(json.dumps(result, indent=2))
     save(a.name or f"crosscheck_c{a.concurrency}" + ("_pinned" if a.pin else ""), result)
