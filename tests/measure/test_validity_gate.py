@@ -121,3 +121,35 @@ def test_compare_keeps_invalid_steps_off_the_front_unless_asked(runs, tmp_path):
     g, b = inc[good.id], inc[bad.id]
     dominated = g["interactivity"] >= b["interactivity"] and g["output_throughput_per_gpu"] >= b["output_throughput_per_gpu"]
     assert b["pareto"] is not dominated  # judged with the others now
+
+
+def test_the_gate_ends_a_step_when_its_lines_are_in_and_waits_only_for_a_step_with_failures(runs):  # noqa: F811
+    # issue 40.6: the gate slept SETTLE_S after every step for the engines' last lines; they come before each
+    # answer's last token, so a step whose every request is accounted for is judged on the first read
+    from atomdeck.core.measure.gate import Gate
+    from atomdeck.core.measure.stats import RequestRecord
+    from atomdeck.core.measure.sweep import sweep
+    from atomdeck.core.measure.workload import Workload
+
+    run = up(runs)
+
+    async def go():
+        r = Run.open(run.id)
+        gate = Gate(r, sentinel=False)
+        try:
+            steps = await sweep(r.plan.router.url, r.recipe.model.client_name,
+                                Workload(isl=32, osl=8, concurrencies=[4, 1], num_prompts=8, warmup=0), gate=gate)
+            reads = gate.settle_reads
+            await gate.begin()  # a step whose one request failed: its failure's lines may come after it
+            failed = await gate.end([RequestRecord(0, 0.0, error="HTTP 500: boom")])
+            return steps, reads, gate.settle_reads, failed
+        finally:
+            await gate.close()
+            await r.close()
+
+    steps, reads, reads_failed, failed = asyncio.run(go())
+    for step in steps:  # every line counted all the same
+        kv = step.summary["checks"]["kv"]
+        assert step.summary["valid"] is True and kv["transfers"] == 8 and kv["remote_recv"] == 8, kv
+    assert reads == 1
+    assert reads_failed > 1 and failed.valid is False
