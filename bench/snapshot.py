@@ -85,6 +85,16 @@ def up(recipe: str, cluster: str, timeout: int) -> str:
     return run_id
 
 
+def up_local(n: int) -> str:
+    """N/2 P N/2 D TP8 on a fresh N-node local cluster (its own state and config directories), serving."""
+    tmp = Path(tempfile.mkdtemp(prefix="atomdeck-snapbench-"))
+    os.environ["XDG_STATE_HOME"] = str(tmp / "state")
+    os.environ["XDG_CONFIG_HOME"] = str(tmp / "config")
+    (tmp / "cluster.yaml").write_text(cluster_yaml(n))
+    (tmp / "recipe.yaml").write_text(recipe_yaml(n))
+    return up(str(tmp / "recipe.yaml"), str(tmp / "cluster.yaml"), timeout=1200)
+
+
 def down(run_id: str) -> None:
     res = cli("down", run_id, timeout=900)
     print(res.stdout.strip().splitlines()[-1] if res.stdout.strip() else res.stderr[-500:], flush=True)
@@ -244,12 +254,7 @@ def keys(run_id: str, gap: float = 0.15) -> dict:
 # ---- the runs ----------------------------------------------------------------------------------------------------
 
 def local(n: int = 128) -> dict:
-    tmp = Path(tempfile.mkdtemp(prefix="atomdeck-snapbench-"))
-    os.environ["XDG_STATE_HOME"] = str(tmp / "state")
-    os.environ["XDG_CONFIG_HOME"] = str(tmp / "config")
-    (tmp / "cluster.yaml").write_text(cluster_yaml(n))
-    (tmp / "recipe.yaml").write_text(recipe_yaml(n))
-    run_id = up(str(tmp / "recipe.yaml"), str(tmp / "cluster.yaml"), timeout=1200)
+    run_id = up_local(n)
     out: dict = {"nodes": n, "run": run_id}
     try:
         time.sleep(5)
@@ -334,12 +339,7 @@ def ab(old_script: str, n: int = 128, rounds: int = 3) -> dict:
     from atomdeck.core.run.run import Run
 
     scripts = {"old": Path(old_script).read_text().split("\n", 1)[1], "new": forensics.SNAPSHOT_SCRIPT}
-    tmp = Path(tempfile.mkdtemp(prefix="atomdeck-snapbench-"))
-    os.environ["XDG_STATE_HOME"] = str(tmp / "state")
-    os.environ["XDG_CONFIG_HOME"] = str(tmp / "config")
-    (tmp / "cluster.yaml").write_text(cluster_yaml(n))
-    (tmp / "recipe.yaml").write_text(recipe_yaml(n))
-    run_id = up(str(tmp / "recipe.yaml"), str(tmp / "cluster.yaml"), timeout=1200)
+    run_id = up_local(n)
     out: dict = {"nodes": n, "run": run_id, "old_script": old_script, "old": [], "new": []}
 
     def children_cpu() -> float:
