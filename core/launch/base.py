@@ -23,6 +23,7 @@ from ..remote.shell import Result, Runner
 
 if TYPE_CHECKING:
     from ..design.plan import Plan
+    from ..remote.node_probes import NodeProc
 
 _PACKAGE = __name__.rpartition(".")[0]
 
@@ -174,6 +175,7 @@ class Launcher(Protocol):
     async def release(self, nodes: list[str] | None = None) -> list[str]: ...
     async def sweep_leftovers(self, nodes: list[str]) -> list[str]: ...
     async def node_run(self, node: str, argv: list[str], timeout: float = 60) -> Result: ...
+    async def node_processes(self, node: str, marker: str, timeout: float = 10.0) -> list[NodeProc]: ...
     async def put_file(self, node: str, src: str, dest: str, mode: int = 0o755) -> None: ...
     async def connect_from(self, node: str, targets: list[tuple[str, int]], timeout: float = 1.0) -> dict: ...
     async def remove_containers(self, by_node: dict[str, list[str]]) -> list[tuple[bool, str]]: ...
@@ -312,6 +314,16 @@ class LauncherBase(abc.ABC):
         from ..remote.shell import LocalRunner
 
         return await LocalRunner().run(argv, timeout=timeout)
+
+    async def node_processes(self, node: str, marker: str, timeout: float = 10.0) -> list[NodeProc]:
+        """The processes of `marker` (run:name) on the node, with their state and listening sockets, read there
+        (node_probes.processes_on_node). Raises RuntimeError when it could not look."""
+        from ..remote.node_probes import processes_on_node
+
+        async def node_run(argv: list[str], t: float) -> Result:
+            return await self.node_run(node, argv, t)
+
+        return await processes_on_node(node_run, marker, timeout)
 
     async def put_file(self, node: str, src: str, dest: str, mode: int = 0o755) -> None:
         """Copy this machine's file `src` to `dest` on a node (here, for the local launcher), whole or not at all."""

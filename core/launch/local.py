@@ -27,7 +27,7 @@ from ..design.commands import ProcessSpec
 from ..remote.filetail import follow
 from ..remote.listening import ListenTable, local_table
 from ..remote.loglines import read_lines
-from ..remote.node_probes import connect_here
+from ..remote.node_probes import NodeProc, ProcessReads, connect_here
 from .base import (
     ORPHAN_ENDED,
     SUPERVISOR,
@@ -203,6 +203,7 @@ class LocalLauncher(LauncherBase):
         self.scan = scan_trees  # how stop reads the process groups and their trees (a test counts the reads)
         self.tick: Callable[[], Awaitable[object]] | None = None  # stop_groups' pause between reads
         self._orphans_told: set[str] = set()  # processes whose wait() said their engine outlived its supervisor
+        self._proc_reads = ProcessReads()
 
     async def start(self, spec: ProcessSpec, attempt: str = "") -> ProcHandle:
         (h,) = await self.start_many([spec])
@@ -362,6 +363,10 @@ class LocalLauncher(LauncherBase):
         now = time.monotonic()
         self._opened.update((t, now) for t, r in got.items() if r == "open")
         return {**known, **got}
+
+    async def node_processes(self, node: str, marker: str, timeout: float = 10.0) -> list[NodeProc]:
+        """The nodes are this machine: /proc is read in this process, one read for the calls made together."""
+        return await self._proc_reads.ask(marker, timeout)
 
     def listen_table(self, node: str) -> ListenTable:
         """The listening sockets of every node: they are loopback addresses of this network namespace,

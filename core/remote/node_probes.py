@@ -2,16 +2,20 @@
 process's state and listening sockets read from /proc. Each is one short python3 command run by the
 caller's `node_run` (locally for the local launcher, through the node's SSH shell, or as an
 `srun --overlap` step in the run's job), so it sees the node's own network namespace and routes. The local
-launcher, whose nodes are this machine, makes the connects in its own process instead (`connect_here`).
+launcher, whose nodes are this machine, makes the connects and reads /proc in its own process instead
+(`connect_here`, `processes_here`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
+from . import procscan
 from .probes import connect_failed
 from .shell import Result
 
@@ -42,57 +46,6 @@ def one(a):
 with ThreadPoolExecutor(16) as ex:
     for a, r in ex.map(one, sys.argv[2:]):
         print(a, r, flush=True)
-'''
-
-# argv: marker (ATOMDECK_RUN=run:name) -> per process of the marker: "proc PID STATE COMM LISTEN,..."
-_PROCS = r'''
-import os, socket, sys
-mark = sys.argv[1].encode()
-me = os.getpid()
-def addr(hexa):
-    a, p = hexa.split(":")
-    raw = bytes.fromhex(a)
-    if len(raw) == 4:
-        ip = socket.inet_ntop(socket.AF_INET, raw[::-1])
-    else:
-        ip = socket.inet_ntop(socket.AF_INET6, b"".join(raw[i:i + 4][::-1] for i in range(0, 16, 4)))
-        ip = "[" + ip + "]"
-    return ip + ":" + str(int(p, 16))
-for d in os.listdir("/proc"):
-    if not d.isdigit() or int(d) == me:
-        continue
-    try:
-        if mark not in open("/proc/%s/environ" % d, "rb").read().split(b"\0"):
-            continue
-        st = open("/proc/%s/stat" % d).read()
-    except OSError:
-        continue
-    comm = st[st.index("(") + 1:st.rindex(")")].replace(" ", "_")
-    state = st.rsplit(")", 1)[1].split()[0]
-    if comm == "srun":
-        continue  # the Slurm client of the step, not the process on the node
-    inodes = set()
-    try:
-        for fd in os.listdir("/proc/%s/fd" % d):
-            try:
-                link = os.readlink("/proc/%s/fd/%s" % (d, fd))
-            except OSError:
-                continue
-            if link.startswith("socket:["):
-                inodes.add(link[8:-1])
-    except OSError:
-        pass
-    listen = set()
-    for fam in ("tcp", "tcp6"):
-        try:
-            rows = open("/proc/%s/net/%s" % (d, fam)).read().splitlines()[1:]
-        except OSError:
-            continue
-        for row in rows:
-            f = row.split()
-            if len(f) > 9 and f[3] == "0A" and f[9] in inodes:
-                listen.add(addr(f[1]))
-    print("proc", d, state, comm, ",".join(sorted(listen)) or "-", flush=True)
 '''
 
 STATE_WORDS = {"R": "running", "S": "sleeping", "D": "disk sleep", "T": "stopped", "t": "tracing stop",
@@ -169,16 +122,71 @@ class NodeProc:
 
 async def processes_on_node(node_run: NodeRun, marker: str, timeout: float = 10.0) -> list[NodeProc]:
     """The processes carrying atomdeck's environment marker (ATOMDECK_RUN=run:name) on the node, with
-    their /proc state and what they listen on. Raises RuntimeError when it could not look."""
-    res = await node_run(["python3", "-c", _PROCS, f"ATOMDECK_RUN={marker}"], timeout)
+    their /proc state and what they listen on (procscan.py, run there). Raises RuntimeError when it could not
+    look."""
+    res = await node_run(["python3", "-c", _procscan_source(), f"ATOMDECK_RUN={marker}"], timeout)
     if not res.ok and not res.stdout.strip():
         raise RuntimeError(res.explain())
     out = []
     for line in res.stdout.splitlines():
-        f = line.split()
-        if len(f) == 5 and f[0] == "proc":
+        if not line.startswith("proc "):
+            continue
+        f = line[5:].rsplit(None, 4)
+        if len(f) == 5 and f[1].isdigit():
             out.append(NodeProc(int(f[1]), f[2], f[3], [] if f[4] == "-" else f[4].split(",")))
     return out
+
+
+def processes_here(markers: list[str]) -> dict[str, list[NodeProc]]:
+    """What processes_on_node answers for each marker, for nodes that are this machine (the local launcher's):
+    one read of /proc in this process for them all. As a command per endpoint, a 64P64D whose simulators were
+    slow to answer had 50-100 interpreters scanning /proc at once, each a session (so a scheduling group) of its
+    own, and the console waited for a CPU (bench/README.md). Blocking: call it in a thread."""
+    found: dict[str, list[NodeProc]] = {m: [] for m in markers}
+    by_bytes = {f"ATOMDECK_RUN={m}".encode(): m for m in markers}
+    for mark, pid, state, comm, listen in procscan.scan(list(by_bytes), ()):
+        found[by_bytes[mark]].append(NodeProc(pid, state, comm, listen))
+    return found
+
+
+class ProcessReads:
+    """processes_here for callers on one event loop, each asking for one marker: every ask made while a read runs
+    is answered by the one after it (a 64P64D's slow checks ask within milliseconds of each other)."""
+
+    def __init__(self) -> None:
+        self._asks: dict[str, list[asyncio.Future]] = {}  # marker -> the asks for the next read
+        self._reader: asyncio.Task | None = None
+
+    async def ask(self, marker: str, timeout: float | None = None) -> list[NodeProc]:
+        fut = asyncio.get_running_loop().create_future()
+        fut.add_done_callback(lambda f: f.cancelled() or f.exception())  # (heard, even by a caller gone)
+        self._asks.setdefault(marker, []).append(fut)
+        if self._reader is None or self._reader.done():
+            self._reader = asyncio.create_task(self._read())
+        async with asyncio.timeout(timeout):
+            return await asyncio.shield(fut)
+
+    async def _read(self) -> None:
+        while self._asks:
+            asks, self._asks = self._asks, {}
+            try:
+                found = await asyncio.to_thread(processes_here, list(asks))
+            except Exception as e:  # (an unreadable /proc: each caller hears why)
+                err = RuntimeError(f"could not read /proc: {e}")
+                for futs in asks.values():
+                    for f in futs:
+                        if not f.done():
+                            f.set_exception(err)
+                continue
+            for mark, futs in asks.items():
+                for f in futs:
+                    if not f.done():
+                        f.set_result(list(found[mark]))
+
+
+@functools.cache
+def _procscan_source() -> str:
+    return Path(procscan.__file__).read_text()
 
 
 def worst(procs: list[NodeProc]) -> NodeProc | None:

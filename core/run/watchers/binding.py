@@ -9,7 +9,6 @@ import asyncio
 import time
 from typing import TYPE_CHECKING
 
-from ...remote.node_probes import processes_on_node
 from ..events import TERMINAL, Event
 from .base import RunHost, background
 
@@ -76,12 +75,9 @@ class BindWatcher:
     async def listening(self, name: str, node: str) -> str:
         run = self.run
 
-        async def node_run(argv: list[str], timeout: float):
-            return await run.launcher.node_run(node, argv, timeout)
-
         try:
             async with asyncio.timeout(15):
-                procs = await processes_on_node(node_run, f"{run.id}:{name}")
+                procs = await run.launcher.node_processes(node, f"{run.id}:{name}")
         except Exception as e:
             return f"; could not read its sockets on {node}: {str(e)[:120]}"
         socks = sorted({s for p in procs for s in p.listening})

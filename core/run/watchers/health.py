@@ -29,7 +29,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ...remote.node_probes import processes_on_node, worst
+from ...remote.node_probes import worst
 from ...remote.probes import HttpClient, HttpResult
 from ..events import HEALTH_STAGES, LIVE, TERMINAL, Event, ProcState
 from .base import RunHost
@@ -219,12 +219,9 @@ class ServingHealth:
                 alive = f"alive unknown ({e})"
         state, data = "", {}
 
-        async def node_run(argv: list[str], timeout: float):
-            return await run.launcher.node_run(ep.node, argv, timeout)
-
         try:
             async with asyncio.timeout(10):
-                procs = await processes_on_node(node_run, f"{run.id}:{ep.name}")
+                procs = await run.launcher.node_processes(ep.node, f"{run.id}:{ep.name}")
             w = worst(procs)
             if w is not None:
                 state = f", state {w.state_words} (pid {w.pid} {w.comm})"
