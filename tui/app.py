@@ -32,6 +32,7 @@ from textual.timer import Timer
 
 from . import bindings
 from .gc_steward import TICK_S, GcSteward
+from .node_gpus import NodeGpuBook
 
 # Only Textual and light modules above: the console's first frame (screens/loading.py) is drawn before
 # pydantic, YAML and the design modules are imported (ConsoleApp.defer). Imported where used below.
@@ -87,7 +88,7 @@ class ConsoleApp(App[int]):
                  clock: Callable[[], datetime] | None = None, keymap_file: Path | None = None,
                  launch_handler: LaunchHandler | None = None, fetch: InventoryFetch | None = None,
                  theme: str | None = None, run_id: str | None = None, defer: bool = False,
-                 ask_clusters: bool | None = None) -> None:
+                 ask_clusters: bool | None = None, read_gpus: bool | None = None) -> None:
         """Loads the recipe and cluster (and the run to reattach to) now: errors reach the caller
         before the screen opens. defer (the command line's console, not with run_id): only checks
         that the recipe and the cluster exist now; they are read and validated (pydantic, YAML, the
@@ -101,7 +102,8 @@ class ConsoleApp(App[int]):
         plan on these node names when no inventory can be read; run_id: open on this run (reattach
         and watch); launch_handler: what a confirmed launch does (default: core's Run.launch, then
         the run view); clock, fetch: for tests; ask_clusters: ask each cluster shown whether it answers
-        (contexts.py; default: unless offline or given a made-up inventory `fetch`).
+        (contexts.py; default: unless offline or given a made-up inventory `fetch`); read_gpus: read the nodes'
+        GPUs when the Nodes view is shown (node_gpus.py; the same default; its `g` key reads them anyway).
         """
         super().__init__()
         self.readonly = readonly
@@ -110,6 +112,7 @@ class ConsoleApp(App[int]):
         self.clock = clock or datetime.now
         self.fetch: InventoryFetch | None = fetch  # None: core's fetch_inventory (imported when first used)
         self._ask_clusters = (not offline and fetch is None) if ask_clusters is None else ask_clusters
+        self.node_gpus = NodeGpuBook(self, (not offline and fetch is None) if read_gpus is None else read_gpus)
         self.keymap_file = keymap_file
         self.keymap: dict[str, str] = {}
         self.named_nodes: list[str] = list(named_nodes)

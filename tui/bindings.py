@@ -55,6 +55,8 @@ NODES = [
     _b("o", "override", "Override", "nodes.override",
        tooltip="Use an excluded or unhealthy node anyway (a warning stays)"),
     _b("n", "add_names", "Add by name", "nodes.add"),
+    _b("g", "read_gpus", "GPUs", "nodes.gpus", tooltip="Read every node's GPUs again (amd-smi): free VRAM, memory "
+       "held by another job or an orphan"),
     _b("escape", "clear_filter", "Clear filter", "nodes.clear-filter", show=False),
 ]
 

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from ..core.design.draft import Design
     from ..core.design.lint import Assessment
     from ..core.design.workspace import Workspace
+    from ..core.run.gpustate import NodeGpuState
     from ..core.run.reach import Reach
     from .gc_steward import GcSteward
     from .live import LiveRun
@@ -69,6 +70,18 @@ class ContextSide(Protocol):
     def want(self, runs: list[dict]) -> None: ...
 
 
+class GpuSide(Protocol):
+    """The nodes' GPUs read while no run reads them (node_gpus.py)."""
+
+    version: int
+
+    def want(self, force: bool = False) -> bool: ...
+
+    def shown(self, cluster_name: str) -> dict[str, NodeGpuState]: ...
+
+    def status(self, cluster_name: str) -> str: ...
+
+
 class Console(Protocol):
     """The App as a screen sees it: the design state it draws, the attached run, and the operations a key on a
     view asks for (each a core operation the App performs)."""
@@ -84,6 +97,9 @@ class Console(Protocol):
 
     @property
     def contexts(self) -> ContextSide: ...
+
+    @property
+    def node_gpus(self) -> GpuSide: ...
 
     @property
     def context_line(self) -> str: ...

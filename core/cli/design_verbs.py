@@ -14,6 +14,7 @@ from ..design.findings import Finding
 from ..design.lint import Assessment
 from ..design.plan import node_verdict
 from ..design.workspace import Workspace, load_workspace, offline_nodes
+from ..run.gpustate import NodeGpuState, node_cell
 from ..run.inventory import fetch_inventory
 
 
@@ -125,20 +126,39 @@ def cmd_nodes(args: argparse.Namespace) -> int:
 
     cluster = load(design_cluster(args))[0]
     nodes, note = asyncio.run(fetch_inventory(cluster, args.offline))
+    gpus: dict[str, NodeGpuState] = {}
+    gpu_note = ""
+    if getattr(args, "gpus", False):
+        from ..run.nodegpus import read_nodes
+
+        gpus, gpu_note = asyncio.run(read_nodes(cluster, [(n.name, n.addr) for n in nodes]))
     rows: list[dict[str, Any]] = []
     for n in nodes:
         verdict = node_verdict(n, cluster)
-        rows.append({"name": n.name, "addr": n.addr, "state": n.state, "gpus": n.gpus,
-                     "partitions": list(n.partitions), "reason": n.reason, "usable": not verdict,
-                     "why_not": verdict})
+        row = {"name": n.name, "addr": n.addr, "state": n.state, "gpus": n.gpus,
+               "partitions": list(n.partitions), "reason": n.reason, "usable": not verdict, "why_not": verdict}
+        if (ns := gpus.get(n.name)) is not None:
+            free, total = ns.free_mb()
+            row["vram"] = {"free_mb": free, "total_mb": total, "tool": ns.tool, "error": ns.error,
+                           "held": ns.flag(), "per_gpu": [[g.index, g.used_mb, g.total_mb] for g in ns.gpus]}
+        rows.append(row)
     if args.json:
-        _emit_json({"cluster": cluster.name, "note": note, "nodes": rows})
+        _emit_json({"cluster": cluster.name, "note": note, "nodes": rows,
+                    **({"gpus_note": gpu_note} if getattr(args, "gpus", False) else {})})
         return 0
     print(f"Cluster {cluster.name} ({cluster.launcher}): {len(rows)} nodes, "
           f"{sum(r['usable'] for r in rows)} usable" + (f"  [{note}]" if note else ""))
-    print(f"  {'NODE':16} {'ADDR':15} {'STATE':22} {'GPUS':>4}  {'PARTITION':10} WHY NOT / REASON")
+    vram = bool(gpus)
+    print(f"  {'NODE':16} {'ADDR':15} {'STATE':22} {'GPUS':>4}  " + (f"{'VRAM':11} " if vram else "")
+          + f"{'PARTITION':10} WHY NOT / REASON")
     for r in rows:
         mark = " " if r["usable"] else "x"
-        print(f"{mark} {r['name']:16} {r['addr']:15} {r['state']:22} {r['gpus']:>4}  "
+        cell = f"{node_cell(gpus.get(r['name'])):11} " if vram else ""
+        print(f"{mark} {r['name']:16} {r['addr']:15} {r['state']:22} {r['gpus']:>4}  {cell}"
               f"{','.join(r['partitions']):10} {r['why_not'] or r['reason']}")
+    held = [(n, ns) for n, ns in gpus.items() if ns.flag() or (ns.error and not ns.gpus)]
+    for n, ns in held:
+        print(f"  {n}: {ns.flag() or ns.error}")
+    if gpu_note:
+        print(f"  {gpu_note}")
     return 0

@@ -70,6 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_context_args(p, "design")
     p.add_argument("--offline", action="store_true")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--gpus", action="store_true",
+                   help="also read each node's GPUs (amd-smi): free VRAM, and memory held by another job or an orphan")
 
     p = sub.add_parser("up", help="launch a recipe; prints the run id")
     _add_plan_args(p)

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ..design.plan import Plan
+    from ..remote.gpus import NodeGpus
 
 # InferenceX's idle threshold, as core/remote/gpus.py's (a test keeps them equal): not imported from there, because
 # the console imports this module at its start and must not load remote/ (tests/tui/test_first_frame.py)
@@ -68,6 +69,13 @@ class NodeGpuState:
             shown = ", ".join(f"pid {pid} {name}".rstrip() for pid, name in named[:3])
             out += f" ({shown}{', ...' if len(named) > 3 else ''})"
         return out
+
+
+def gpus_data(ng: NodeGpus, foreign: list[int], holders: list[tuple[int, int, str, int]],
+              owners: dict[str, list[int]]) -> dict:
+    """A node's reading as a "gpus" event carries it (NodeGpuState.from_event reads it back)."""
+    return {"gpus": [[g.index, g.used_mb, g.total_mb, g.util_pct, g.power_w, g.temp_c] for g in ng.gpus],
+            "foreign": foreign, "holders": [list(h) for h in holders], "owners": owners}
 
 
 def gb(mb: int | float | None) -> str:

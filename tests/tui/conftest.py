@@ -44,6 +44,7 @@ def _stable_env(monkeypatch):
 def make_app(**kw) -> ConsoleApp:
     kw.setdefault("refresh_s", None)
     kw.setdefault("clock", lambda: FIXED_TIME)
+    kw.setdefault("read_gpus", False)  # (the nodes' GPUs are read where a test asks: test_node_gpus.py)
     return ConsoleApp(**kw)
 
 

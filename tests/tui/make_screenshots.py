@@ -399,6 +399,29 @@ def _keys(*keys: str) -> Step:
     return step
 
 
+async def _nodes_vram(pilot) -> None:
+    """The nodes' GPUs read before any run (tui/node_gpus.py, the `g` key), through the simulator's amd-smi, while
+    another job (sim/gpus.py hold) holds 240 GiB on each GPU of demo-n03."""
+    import subprocess
+    import sys
+
+    from atomdeck.core.config.paths import sim_shim_dir
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ATOMSIM_")}
+    env.update(ATOMSIM_NODE_IP="127.0.0.13", PYTHONPATH=str(sim_shim_dir()))
+    hold = subprocess.Popen([sys.executable, "-c", "import atomsim_boot; atomsim_boot.ensure(); import sys; "
+                             "from atomdeck.sim.gpus import hold_main; sys.exit(hold_main(sys.argv[1:]))",
+                             "--gb", "240"], env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        assert hold.stdout is not None and hold.stdout.readline().strip() == "holding"
+        await pilot.press("g")
+        await pilot.app.workers.wait_for_complete()
+        await pilot.pause(2.5)  # (the view looks for new readings every 2 s)
+    finally:
+        hold.kill()
+        hold.wait()
+
+
 # A restart of prefill-1 of a serving 2P1D as core's events tell it (issue 38): the steps up to `until`.
 ACTION_STEPS = [("requested", "by console on ops-1 (pid 4242)"), ("draining", "removing it from the router"),
                 ("draining", "3 in flight"), ("drained", "nothing in flight"),
@@ -545,6 +568,8 @@ SHOTS: dict[str, tuple[dict, tuple[int, int], Step]] = {
     "58-bench-invalid-step-100x30": ({}, SMALL, _bench_trouble),
     "59-sweep-layouts": ({}, BIG, _sweep),
     "60-sweep-layouts-100x30": ({}, SMALL, _sweep),
+    "61-nodes-vram-another-job": ({"read_gpus": True}, BIG, _nodes_vram),
+    "62-nodes-vram-100x30": ({"read_gpus": True}, SMALL, _nodes_vram),
 }
 
 
@@ -552,7 +577,7 @@ async def shoot(name: str, out: Path) -> Path:
     from atomdeck.tui.app import ConsoleApp
 
     kw, size, step = SHOTS[name]
-    app = ConsoleApp(**{"refresh_s": None, "clock": lambda: CLOCK, **kw})
+    app = ConsoleApp(**{"refresh_s": None, "clock": lambda: CLOCK, "read_gpus": False, **kw})
     if kw.get("defer"):  # the command line's first frame (screens/loading.py), held: the load never starts
         app._load_then_start = lambda: None  # type: ignore[method-assign]
     async with app.run_test(size=size) as pilot:

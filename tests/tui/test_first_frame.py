@@ -52,7 +52,7 @@ class Probe(ConsoleApp):
         super()._load_then_start()
 
 async def main():
-    app = Probe(refresh_s=None, defer=True)
+    app = Probe(refresh_s=None, defer=True, **%r)
     async with app.run_test(size=(140, 45)) as pilot:
         while not app.loaded:
             await pilot.pause(0.01)
@@ -60,6 +60,7 @@ async def main():
         await pilot.pause()
         seen["then"] = type(app.screen).__name__
         seen["then_imports"] = [m for m in HEAVY if m in sys.modules]
+        seen["gpus"] = app.node_gpus.status(app.workspace.cluster.name)
 
 asyncio.run(main())
 print(json.dumps(seen))
@@ -67,13 +68,23 @@ print(json.dumps(seen))
 
 
 def test_the_first_frame_is_drawn_before_the_recipe_is_read_and_the_nodes_view_needs_no_ssh():
-    got = _fresh(FIRST_FRAME % (HEAVY,))
+    got = _fresh(FIRST_FRAME % (HEAVY, {"read_gpus": False}))
     assert got["first"] == "LoadingScreen" and got["first_imports"] == []
     assert got["then"] == "NodesScreen"
     # the Nodes view reads and validates the recipe (pydantic, YAML), but launches nothing
     assert {"pydantic", "yaml", "atomdeck.core.design.lint"} <= set(got["then_imports"])
     assert not {"asyncssh", "h11", "prometheus_client", "atomdeck.core.launch",
                 "atomdeck.core.remote"} & set(got["then_imports"])
+
+
+def test_the_nodes_gpus_are_read_after_the_first_frame_and_a_local_cluster_needs_no_ssh_for_them():
+    """The nodes' GPUs (node_gpus.py) are read in the background once the Nodes view is shown: on the local demo
+    cluster by commands on this machine (core/remote's runner and amd-smi reader), never SSH or a launcher."""
+    got = _fresh(FIRST_FRAME % (HEAVY, {}))
+    assert got["first"] == "LoadingScreen" and got["first_imports"] == []
+    assert got["then"] == "NodesScreen" and "atomdeck.core.remote" in got["then_imports"]
+    assert not {"asyncssh", "h11", "prometheus_client", "atomdeck.core.launch"} & set(got["then_imports"])
+    assert got["gpus"].startswith("GPUs read "), got["gpus"]
 
 
 async def _loaded(pilot) -> None:

@@ -42,14 +42,25 @@ class NodesScreen(TypeAhead, DesignScreen):
         self.query_one("#filter", Input).display = False
         self.query_one(NodeTable).focus()
         self.set_interval(2.0, self._gpus_changed)  # the run's GPU readings come every 5-16 s
+        self.console.node_gpus.want()
+
+    def on_screen_resume(self) -> None:  # (Textual also runs DesignScreen's: handlers go down the class tree)
+        self.console.node_gpus.want()  # (once its last reading is STALE_S old)
+
+    def action_read_gpus(self) -> None:
+        if self.console.node_gpus.want(force=True):  # (the summary says it is reading; the 2 s check redraws)
+            self.query_one("#nodes-summary", Static).update(self._summary())
 
     def _run_gpus(self) -> dict:
-        live = self.console.live
-        return live.run.state.gpus if live is not None else {}
+        """Each node's GPUs: the attached run's readings of its nodes over the Nodes view's own (node_gpus.py)."""
+        app = self.console
+        live = app.live
+        mine = app.node_gpus.shown(app.workspace.cluster.name)
+        return {**mine, **live.run.state.gpus} if live is not None else mine
 
     def _gpus_changed(self) -> None:
         gpus = self._run_gpus()
-        mark = tuple((n, g.since) for n, g in gpus.items())
+        mark = (self.console.node_gpus.version, *((n, g.since) for n, g in gpus.items()))
         if mark != getattr(self, "_gpu_mark", ()) and self.is_current:
             self._gpu_mark = mark
             self.render_design()
@@ -85,7 +96,7 @@ class NodesScreen(TypeAhead, DesignScreen):
         out.append("auto (core picks)" if design.auto else f"{len(design.nodes)} by hand",
                    style="bold")
         out.append("\n")
-        out.append(app.inventory_status(), style="dim")
+        out.append(app.inventory_status() + " · " + app.node_gpus.status(ws.cluster.name), style="dim")
         flags = [f"{n}: {ns.flag()}" for n, ns in sorted(self._run_gpus().items()) if ns.flag()]
         for line in flags[:3]:  # memory held by no process of the run (issue 42; ROCm/ATOM #1511)
             out.append("\n▲ " + line, style="bold")

@@ -15,7 +15,7 @@ import asyncio
 from ...config.paths import sim_shim_dir
 from ...remote.gpus import NodeGpus, read
 from ..events import Event
-from ..gpustate import expected_gpus, gb
+from ..gpustate import expected_gpus, gb, gpus_data
 from .base import RunHost
 
 EVERY_S = 5.0
@@ -70,10 +70,8 @@ class GpuWatcher:
         if ng.procs is not None:
             holders = [(p.gpu, p.pid, p.name, p.vram_mb) for p in ng.procs]
             self._holders[ng.node] = holders
-        data = {"gpus": [[g.index, g.used_mb, g.total_mb, g.util_pct, g.power_w, g.temp_c] for g in ng.gpus],
-                "foreign": foreign, "holders": [list(h) for h in holders],
-                "owners": {name: idx for name, (node, idx) in expected_gpus(self.run.plan).items() if node == ng.node}}
-        self.run.emit(Event("gpus", ng.node, ng.tool, ng.error, data))
+        owners = {name: idx for name, (node, idx) in expected_gpus(self.run.plan).items() if node == ng.node}
+        self.run.emit(Event("gpus", ng.node, ng.tool, ng.error, gpus_data(ng, foreign, holders, owners)))
 
     async def check(self, node: str) -> NodeGpus:
         """Read a node, list its holders when a GPU is newly flagged, and report."""

@@ -1,0 +1,90 @@
+"""The Nodes view's VRAM column before any run (issue 42, tui/node_gpus.py): the nodes' GPUs are read in the
+background when the view is shown and again on `g`, through the simulator's amd-smi on the local demo cluster; memory
+held by another job is flagged on its node's row and named with its PID above the table. A Slurm cluster's nodes are
+reached only inside a job, and the view says so instead of reading."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+from atomdeck.core.config.paths import sim_shim_dir
+from atomdeck.core.run.nodegpus import SLURM_NOTE
+from atomdeck.tui.widgets.node_table import NodeTable
+
+from .conftest import SIZE, make_app, ready
+
+MIA1 = ["mia1-p01-g01", "mia1-p01-g02"]
+
+
+@pytest.fixture
+def other_job(tmp_path, monkeypatch):
+    """Another job on demo-n03 (127.0.0.13): 240 GiB on each of its 8 GPUs."""
+    monkeypatch.setenv("ATOMSIM_GPU_DIR", str(tmp_path / "gpus"))
+    env = {**os.environ, "ATOMSIM_NODE_IP": "127.0.0.13", "PYTHONPATH": str(sim_shim_dir())}
+    p = subprocess.Popen([sys.executable, "-c", "import atomsim_boot; atomsim_boot.ensure(); import sys; "
+                          "from atomdeck.sim.gpus import hold_main; sys.exit(hold_main(sys.argv[1:]))",
+                          "--gb", "240"], env=env, stdout=subprocess.PIPE, text=True)
+    assert p.stdout is not None and p.stdout.readline().strip() == "holding"
+    yield p
+    p.kill()
+    p.wait()
+
+
+def _vram(app) -> dict[str, str]:
+    table = app.screen.query_one(NodeTable)
+    return {name: cells[5].plain for name, cells in table._node_rows}
+
+
+async def _read(pilot) -> None:
+    await ready(pilot)
+    await pilot.app.workers.wait_for_complete()
+    await pilot.pause(2.3)  # (the view looks for new readings every 2 s)
+
+
+async def test_the_view_reads_the_nodes_gpus_when_shown_and_flags_another_jobs_memory(other_job):
+    app = make_app(read_gpus=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await _read(pilot)
+        vram = _vram(app)
+        assert vram.pop("demo-n03") == "▲ 8/8 held"
+        assert set(vram.values()) == {"2.2T free"}, vram
+        summary = str(app.screen.query_one("#nodes-summary").render())
+        assert f"demo-n03: 8/8 GPUs hold 240 GB: another job, or an orphan (pid {other_job.pid} " in summary
+        assert "GPUs read 12:00:00 (g reads again) · 1 node holds memory" in summary
+
+
+async def test_g_reads_them_again_when_the_console_does_not_on_its_own(other_job):
+    app = make_app()  # (read_gpus off: the tests' default, as a console given a made-up inventory)
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(pilot)
+        assert set(_vram(app).values()) == {""}
+        assert "GPUs: not read (g reads them)" in str(app.screen.query_one("#nodes-summary").render())
+        await pilot.press("g")
+        assert "GPUs: reading 6 nodes (amd-smi) …" in str(app.screen.query_one("#nodes-summary").render())
+        await _read(pilot)
+        assert _vram(app)["demo-n03"] == "▲ 8/8 held" and _vram(app)["demo-n01"] == "2.2T free"
+        other_job.kill()
+        other_job.wait()
+        await pilot.press("g")
+        await _read(pilot)
+        assert _vram(app)["demo-n03"] == "2.2T free"  # its memory is free once the other job ended
+        assert "hold memory" not in str(app.screen.query_one("#nodes-summary").render())
+
+
+async def test_a_slurm_cluster_says_its_nodes_are_read_in_a_job():
+    async def offline(cluster, _offline):
+        from atomdeck.core.design.workspace import offline_nodes
+
+        return offline_nodes(MIA1), "offline"
+
+    app = make_app(recipe="dsv4-fp4-mi355x-2p1d-dpa", cluster="mia1", offline=True, named_nodes=MIA1,
+                   fetch=offline)
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(pilot)
+        await pilot.press("g")
+        await _read(pilot)
+        assert SLURM_NOTE in str(app.screen.query_one("#nodes-summary").render())
+        assert set(_vram(app).values()) == {""}
