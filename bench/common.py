@@ -119,7 +119,39 @@ class Term:
                 # sent through it ("y" that confirms the launch) was never delivered
                 self.forget(every)
             time.sleep(every)
-        raise RuntimeError(f"'{text}' never appeared:\n{self.screen()}")
+        raise RuntimeError(f"'{text}' never appeared:\n{self.screen()}\n{self.stacks()}")
+
+    def stacks(self) -> str:
+        """The pane's processes (the console and what it started): state, kernel wait and, where py-spy is at hand,
+        each Python thread's stack, for a wait that timed out (was the console stopped, blocked, or busy?)."""
+        import shutil
+
+        pane = self("display-message", "-p", "-t", "s", "#{pane_pid}").strip()
+        if not pane.isdigit():
+            return "(no pane)"
+        pids, todo = [], [int(pane)]
+        while todo:
+            p = todo.pop()
+            pids.append(p)
+            try:
+                todo += [int(c) for t in os.listdir(f"/proc/{p}/task")
+                         for c in Path(f"/proc/{p}/task/{t}/children").read_text().split()]
+            except OSError:
+                pass
+        spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+        out = []
+        for p in pids[:6]:
+            try:
+                cmd = Path(f"/proc/{p}/cmdline").read_bytes().replace(b"\0", b" ").decode()[:120]
+                state = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[0]
+                wchan = Path(f"/proc/{p}/wchan").read_text()
+            except OSError:
+                continue
+            out.append(f"== pid {p} state {state} wchan {wchan}: {cmd}")
+            if os.path.exists(spy) and "python" in cmd:
+                r = subprocess.run([spy, "dump", "--pid", str(p)], capture_output=True, text=True, timeout=30)
+                out.append((r.stdout or r.stderr)[-6000:])
+        return "\n".join(out)
 
     def keys(self, *keys: str) -> None:
         for k in keys:

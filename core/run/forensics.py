@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 from ..config.errors import AtomdeckError
 from ..launch.base import script
 from ..remote.probes import HttpClient
+from ..remote.shell import low_priority
 from .diagnose import own_check
 from .snapshot import ProcSnap, Rank, Snapshot, group, name_peers, parse_node
 from .watchers.metrics import ATOM_NAMES, ROUTER_NAMES, atom_values, parse_wanted, router_values
@@ -79,7 +80,7 @@ async def take(run: Run, names: list[str] | None = None, *, spy_parallel: int = 
     pyspy: dict[str, str] = {}
     conns: list[tuple] = []
     gate = asyncio.Semaphore(node_fanout)
-    low = _low_priority(run.cluster.launcher)
+    low = low_priority(run.cluster.launcher)
 
     def unanswered(node: str, members: list[str], why: str) -> None:
         nodes[node] = f"did not answer: {why}"
@@ -133,19 +134,6 @@ async def take(run: Run, names: list[str] | None = None, *, spy_parallel: int = 
     snap = Snapshot(run.id, taken_at, round(time.monotonic() - t0, 3), list(procs.values()), nodes, pyspy)
     snap.groups = group(snap.procs)
     return snap
-
-
-def _low_priority(launcher: str) -> list[str]:
-    """The node command's priority. At nice 19 the node's engines keep the CPU first; py-spy pauses each process it
-    dumps, so it must not starve behind them for long. On the local launcher the "nodes" are the console's own
-    machine: SCHED_IDLE, which any other task preempts at once, and, since the command runs in a session of its own
-    (LocalRunner), its autogroup at nice 19: with the kernel's autogroups each session is scheduled as one group at
-    nice 0 against the console's, whatever the policy of the tasks inside it (16 node commands at once had 16 times
-    the console's share: its keys waited 30-140 ms on the run queue while its own work per key was 5-10 ms)."""
-    if launcher != "local":
-        return ["nice", "-n", "19"]
-    inner = ["chrt", "--idle", "0"] if shutil.which("chrt") else ["nice", "-n", "19"]
-    return ["sh", "-c", 'echo 19 2>/dev/null > /proc/self/autogroup; exec "$@"', "low", *inner]
 
 
 async def install_pyspy(run: Run, names: list[str] | None = None) -> list[str]:

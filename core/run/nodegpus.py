@@ -17,7 +17,7 @@ from ..config.cluster import Cluster
 from ..config.errors import AtomdeckError
 from ..config.paths import sim_shim_dir
 from ..remote.gpus import NodeGpus, read
-from ..remote.shell import LocalRunner, Result, Runner
+from ..remote.shell import LocalRunner, Result, Runner, low_priority
 from .gpustate import NodeGpuState, gpus_data
 
 FAN_OUT = 8  # nodes read at once (as the watcher: one short command per node)
@@ -43,8 +43,8 @@ async def read_node(cluster: Cluster, node: str, addr: str = "") -> NodeGpuState
         except AtomdeckError as e:
             return NodeGpuState(node, error=f"could not reach {node}: {e}", since=time.time())
 
-    async def node_run(argv: list[str], timeout: float) -> Result:
-        return await runner.run(argv, timeout=timeout)
+    async def node_run(argv: list[str], timeout: float) -> Result:  # below the engines and the console
+        return await runner.run([*low_priority(cluster.launcher), *argv], timeout=timeout)
 
     extra = str(sim_shim_dir() / "bin") if sim else ""
     ip = (addr or node) if sim else ""

@@ -258,7 +258,7 @@ async def test_a_local_snapshot_yields_the_cpu_to_the_console():
     import shutil
 
     from atomdeck.core.remote.shell import LocalRunner
-    from atomdeck.core.run.forensics import _low_priority
+    from atomdeck.core.remote.shell import low_priority as _low_priority
 
     if not os.path.exists("/proc/self/autogroup"):
         pytest.skip("this kernel has no autogroups (CONFIG_SCHED_AUTOGROUP): nothing to lower")

@@ -45,6 +45,7 @@ class NodesScreen(TypeAhead, DesignScreen):
         self.console.node_gpus.want()
 
     def on_screen_resume(self) -> None:  # (Textual also runs DesignScreen's: handlers go down the class tree)
+        self._gpus_changed()  # readings that came while another view was shown: drawn now, not at the next check
         self.console.node_gpus.want()  # (once its last reading is STALE_S old)
 
     def action_read_gpus(self) -> None:

@@ -14,6 +14,7 @@ import asyncio
 
 from ...config.paths import sim_shim_dir
 from ...remote.gpus import NodeGpus, read
+from ...remote.shell import low_priority
 from ..events import Event
 from ..gpustate import expected_gpus, gb, gpus_data
 from .base import RunHost
@@ -46,14 +47,18 @@ class GpuWatcher:
         except KeyError:
             return node
 
-    async def read(self, node: str, procs: bool = False) -> NodeGpus:
+    async def read(self, node: str, procs: bool = False, low: bool = True) -> NodeGpus:
         """One node's GPUs. On a simulated cluster the simulator's amd-smi comes first on the path and learns the
-        node's address (the local demo's nodes share one network namespace)."""
+        node's address (the local demo's nodes share one network namespace). `low`: below the engines and the
+        console (low_priority: the periodic readings, 8 a second at 128 nodes, had each a session's share of the
+        console's machine on the local launcher); the teardown's reads, which the operator waits for, are not: at
+        SCHED_IDLE behind 1,290 exiting simulator processes they made a 128-node teardown 58 s instead of 23."""
         sim = self.run.plan.cluster.simulator.enabled
         launcher = self.run.launcher
+        prefix = low_priority(launcher.kind) if low else []
 
         async def node_run(argv: list[str], timeout: float):
-            return await launcher.node_run(node, argv, timeout)
+            return await launcher.node_run(node, [*prefix, *argv], timeout)
 
         return await read(node, node_run, extra_path=str(sim_shim_dir() / "bin") if sim else "", procs=procs,
                           node_ip=self._host(node) if sim else "")
@@ -115,7 +120,7 @@ class GpuWatcher:
 
         async def one(node: str, procs: bool) -> NodeGpus:
             async with sem:
-                return await self.read(node, procs=procs)
+                return await self.read(node, procs=procs, low=False)
 
         for attempt in range(tries):
             last = attempt == tries - 1  # the last read lists the holders by PID
