@@ -241,6 +241,7 @@ def scale(n: int = 128, speed: str = "20", serving_presses: int = 30, idle_s: fl
                 if "key_coming_up" not in out:
                     raise
                 out["error"] = f"{type(e).__name__}: {str(e).splitlines()[0]}"
+                print(f"bench: {type(e).__name__}: {e}", file=sys.stderr)  # (the screen and the stacks, whole)
                 return out
             finally:
                 if os.environ.get("PRESSES_OUT"):

@@ -1,10 +1,7 @@
 """The run side of the console: launch (the default launch handler), attach and watch, open logs,
 tear down, reattach, quit without stopping anything. ConsoleApp has one RunController (`app.runs`);
-the design side stays in app.py.
-
-core's Run does the work. Watching runs in a watcher process (watcher.py, watch_client.py) so the
-console's own loop only draws; teardown and launch are core calls awaited in workers.
-"""
+the design side stays in app.py. core's Run does the work. Watching runs in a watcher process (watcher.py,
+watch_client.py) so the console's own loop only draws; teardown and launch are core calls awaited in workers."""
 
 from __future__ import annotations
 
@@ -308,9 +305,12 @@ class RunController:
             self.app.push_screen(TeardownScreen(live))
             return
 
-        def done(yes: bool | None) -> None:
-            if yes and self.live is live:
-                self.start_teardown(live)
+        def done(yes: bool | None) -> None:  # (the run reattached meanwhile is still the one confirmed)
+            now = self.live
+            if yes and (now is None or now.id != live.id):
+                self.app.notify(f"run {live.id} is no longer the one shown: nothing was torn down", severity="error")
+            elif yes and now is not None:
+                self.app.push_screen(TeardownScreen(now)) if now.teardown_running else self.start_teardown(now)
 
         self.app.push_screen(ConfirmDialog(f"Tear down run {live.id}?", plan_text(live), yes="Tear down"), done)
 

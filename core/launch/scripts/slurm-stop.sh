@@ -2,7 +2,8 @@
 # slurm launcher, one `srun --overlap` step per node: stop several of the node's processes at once.
 # $1 grace seconds; then PGID:MARKER for each process (its supervisor's process group and ATOMDECK_RUN value).
 # TERM every group (with CONT: a stopped process ignores TERM until continued), wait up to the grace period
-# for all, KILL what is left, verify within 1 s. One line per process: "PGID gone ..." or "PGID left ...".
+# for all, KILL what is left, verify within 10 s (a killed process still runs its exit). One line per process:
+# "PGID gone ..." or "PGID left ...".
 # A group's descendants that left it (an ATOM rank that called setsid is still its EngineCore's child) are read
 # before the signals, signalled by PID and waited for with their group.
 # One `ps` per check for all the groups: a node may hold dozens of processes, and each ps reads all of /proc.
@@ -56,7 +57,9 @@ for pg in $todo; do
   kill -KILL -"$pg" 2>/dev/null
   for s in $(printf '%s\n' "$away" | awk -v g="$pg" '$1==g {print $2}'); do kill -KILL "$s" 2>/dev/null; done
 done
-for _ in 1 2 3 4 5 6 7 8 9 10; do
+n=0
+while [ "$n" -lt 100 ]; do
+  n=$((n + 1))
   left=; snap
   for pg in $todo; do gone "$pg" || left="$left $pg"; done
   [ -z "$left" ] && break

@@ -1,7 +1,8 @@
 #!/bin/sh
 # ssh launcher: $1 process group, $2 marker value, $3 grace seconds: TERM (with CONT: a stopped process
-# ignores TERM until continued), wait, KILL, verify within 1 s. The group's descendants that left it (an ATOM
-# rank that called setsid is still its EngineCore's child) are read before the signals and signalled by PID.
+# ignores TERM until continued), wait, KILL, verify within 10 s (a killed process still runs its exit: its
+# memory unmapped, a GPU's VRAM freed by the driver). The group's descendants that left it (an ATOM rank that
+# called setsid is still its EngineCore's child) are read before the signals and signalled by PID.
 # One line of result.
 pg=$1; mark=$2; grace=$3
 members() { ps -e -o pid=,pgid=,stat= | awk -v g="$pg" '$2==g && $3 !~ /^Z/ {print $1}'; }
@@ -32,6 +33,6 @@ done
 if [ -z "$(left)" ]; then echo "gone after SIGTERM in $((t / 10)).$((t % 10))s$note"; exit 0; fi
 kill -KILL -"$pg" 2>/dev/null
 for s in $out; do kill -KILL "$s" 2>/dev/null; done
-for _ in 1 2 3 4 5 6 7 8 9 10; do [ -z "$(left)" ] && break; sleep 0.1; done
+n=0; while [ -n "$(left)" ] && [ "$n" -lt 100 ]; do sleep 0.1; n=$((n + 1)); done
 if [ -z "$(left)" ]; then echo "gone after SIGKILL (grace ${grace}s)$note"; exit 0; fi
 echo "left pids $(left | tr '\n' ' ')"; exit 4
