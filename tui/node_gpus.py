@@ -6,6 +6,7 @@ the attached run's own readings (its watcher's). Used by app.py and the Nodes vi
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -24,6 +25,7 @@ class NodeGpuBook:
         self.reading = 0  # nodes being read now
         self.at: float | None = None  # when the last reading ended (the console's clock: app.now())
         self.version = 0  # changes whenever what the view shows of them does (a reading started or ended)
+        self.on_change: Callable[[], None] | None = None  # the Nodes view's redraw, called when a reading ends
 
     def want(self, force: bool = False) -> bool:
         """Read the nodes' GPUs unless a reading of this cluster is fresh or running; `force` (the key): read now
@@ -58,6 +60,8 @@ class NodeGpuBook:
             self.states = {}
         self.states.update(states)
         self.note, self.cluster, self.at = note, cluster.name, self.app.now()
+        if self.on_change is not None:
+            self.on_change()
 
     def shown(self, cluster_name: str) -> dict[str, NodeGpuState]:
         return self.states if cluster_name == self.cluster else {}

@@ -74,6 +74,7 @@ class GpuSide(Protocol):
     """The nodes' GPUs read while no run reads them (node_gpus.py)."""
 
     version: int
+    on_change: Callable[[], None] | None
 
     def want(self, force: bool = False) -> bool: ...
 

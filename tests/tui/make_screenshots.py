@@ -408,7 +408,8 @@ async def _nodes_vram(pilot) -> None:
     from atomdeck.core.config.paths import sim_shim_dir
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("ATOMSIM_")}
-    env.update(ATOMSIM_NODE_IP="127.0.0.13", PYTHONPATH=str(sim_shim_dir()))
+    env.update(ATOMSIM_NODE_IP="127.0.0.13", PYTHONPATH=str(sim_shim_dir()),
+               ATOMSIM_GPU_DIR=os.environ.get("ATOMSIM_GPU_DIR", ""))
     hold = subprocess.Popen([sys.executable, "-c", "import atomsim_boot; atomsim_boot.ensure(); import sys; "
                              "from atomdeck.sim.gpus import hold_main; sys.exit(hold_main(sys.argv[1:]))",
                              "--gb", "240"], env=env, stdout=subprocess.PIPE, text=True)
@@ -416,7 +417,6 @@ async def _nodes_vram(pilot) -> None:
         assert hold.stdout is not None and hold.stdout.readline().strip() == "holding"
         await pilot.press("g")
         await pilot.app.workers.wait_for_complete()
-        await pilot.pause(2.5)  # (the view looks for new readings every 2 s)
     finally:
         hold.kill()
         hold.wait()
@@ -501,7 +501,7 @@ def _ask(key: str, row: int = 1) -> Step:
 
 
 SHOTS: dict[str, tuple[dict, tuple[int, int], Step]] = {
-    "01-nodes": ({}, BIG, _keys()),
+    "01-nodes": ({"read_gpus": True}, BIG, _keys()),  # (the simulator's amd-smi: every GPU idle)
     "02-nodes-refused": ({}, BIG, _nodes_refusal),
     "03-nodes-override": ({}, BIG, _override),
     "04-layout-2p1d": ({"recipe": "demo-2p1d"}, BIG, _keys("2")),
@@ -513,7 +513,7 @@ SHOTS: dict[str, tuple[dict, tuple[int, int], Step]] = {
     "09-launch-blocked": ({"nodes": ["demo-n01"]}, BIG, _keys("L")),
     "10-help": ({}, BIG, _keys("question_mark")),
     "11-open": ({}, BIG, _keys("ctrl+o")),
-    "12-nodes-100x30": ({}, SMALL, _keys()),
+    "12-nodes-100x30": ({"read_gpus": True}, SMALL, _keys()),
     "13-layout-100x30": ({"recipe": "demo-2p1d"}, SMALL, _keys("2")),
     "14-preview-100x30": ({}, SMALL, _keys("3")),
     "15-layout-light-theme": ({"recipe": "demo-2p1d", "theme": "textual-light"}, BIG, _keys("2")),
@@ -602,12 +602,15 @@ def to_png(svg: Path) -> Path:
 def main(out: Path = ROOT / "screenshots", names: list[str] | None = None, png: bool = True) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
-    saved = {k: os.environ.get(k) for k in ("XDG_CONFIG_HOME", "XDG_STATE_HOME")}
+    saved = {k: os.environ.get(k) for k in ("XDG_CONFIG_HOME", "XDG_STATE_HOME", "ATOMSIM_GPU_DIR")}
     state = Path(tempfile.gettempdir()) / "atomdeck-screenshots"  # a stable path: it shows in the log view
     cfg = Path(tempfile.gettempdir()) / "atomdeck-screenshots-config"  # stable too: the help shows it
     shutil.rmtree(cfg, ignore_errors=True)
     cfg.mkdir()
     os.environ["XDG_CONFIG_HOME"] = str(cfg)  # the user's keymap and theme stay out of the pictures
+    gpus = Path(tempfile.gettempdir()) / "atomdeck-screenshots-gpus"  # the simulated GPUs: no other demo run's
+    shutil.rmtree(gpus, ignore_errors=True)
+    os.environ["ATOMSIM_GPU_DIR"] = str(gpus)
     try:
         for name in names or list(SHOTS):
             shutil.rmtree(state, ignore_errors=True)
@@ -619,6 +622,7 @@ def main(out: Path = ROOT / "screenshots", names: list[str] | None = None, png: 
     finally:
         shutil.rmtree(state, ignore_errors=True)
         shutil.rmtree(cfg, ignore_errors=True)
+        shutil.rmtree(gpus, ignore_errors=True)
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)

@@ -41,7 +41,7 @@ def _vram(app) -> dict[str, str]:
 async def _read(pilot) -> None:
     await ready(pilot)
     await pilot.app.workers.wait_for_complete()
-    await pilot.pause(2.3)  # (the view looks for new readings every 2 s)
+    await pilot.pause()  # (the view redraws as a reading ends)
 
 
 async def test_the_view_reads_the_nodes_gpus_when_shown_and_flags_another_jobs_memory(other_job):

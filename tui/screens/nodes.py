@@ -42,6 +42,7 @@ class NodesScreen(TypeAhead, DesignScreen):
         self.query_one("#filter", Input).display = False
         self.query_one(NodeTable).focus()
         self.set_interval(2.0, self._gpus_changed)  # the run's GPU readings come every 5-16 s
+        self.console.node_gpus.on_change = self._gpus_changed  # (its own readings: drawn as each ends)
         self.console.node_gpus.want()
 
     def on_screen_resume(self) -> None:  # (Textual also runs DesignScreen's: handlers go down the class tree)
