@@ -156,9 +156,9 @@ def cmd_nodes(args: argparse.Namespace) -> int:
         cell = f"{node_cell(gpus.get(r['name'])):11} " if vram else ""
         print(f"{mark} {r['name']:16} {r['addr']:15} {r['state']:22} {r['gpus']:>4}  {cell}"
               f"{','.join(r['partitions']):10} {r['why_not'] or r['reason']}")
-    held = [(n, ns) for n, ns in gpus.items() if ns.flag() or (ns.error and not ns.gpus)]
-    for n, ns in held:
-        print(f"  {n}: {ns.flag() or ns.error}")
+    for name, ns in gpus.items():  # memory held by another job or an orphan, or why a node was not read
+        if ns.flag() or (ns.error and not ns.gpus):
+            print(f"  {name}: {ns.flag() or ns.error}")
     if gpu_note:
         print(f"  {gpu_note}")
     return 0
