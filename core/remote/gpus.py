@@ -228,3 +228,16 @@ async def read(node: str, node_run: Callable[[list[str], float], Awaitable[Resul
     except Exception as e:  # an unreachable node is an answer too
         return NodeGpus(node, error=f"could not run the GPU tools on {node}: {e}")
     return parse(node, res)
+
+
+async def read_flagged(read_fn: Callable[[bool], Awaitable[NodeGpus]], flagged: Callable[[NodeGpus], list[int]],
+                       name_holders: Callable[[list[int]], bool] = bool) -> tuple[NodeGpus, list[int], bool]:
+    """A node's GPUs (`read_fn(procs)`), the ones `flagged` (memory nobody here should hold), and whether their
+    holders were listed: when some are flagged and `name_holders(them)` says so, amd-smi is read again with its
+    process list, which names what holds them by PID (rocm-smi has none)."""
+    ng = await read_fn(False)
+    flags = flagged(ng)
+    if not (flags and ng.tool == "amd-smi" and name_holders(flags)):
+        return ng, flags, False
+    ng = await read_fn(True)
+    return ng, flagged(ng), True

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from ..config.cluster import Cluster
 from ..config.errors import AtomdeckError
 from ..config.paths import sim_shim_dir
-from ..remote.gpus import NodeGpus, read
+from ..remote.gpus import NodeGpus, read, read_flagged
 from ..remote.shell import LocalRunner, Result, Runner, low_priority
 from .gpustate import NodeGpuState, gpus_data
 
@@ -48,12 +48,11 @@ async def read_node(cluster: Cluster, node: str, addr: str = "") -> NodeGpuState
 
     extra = str(sim_shim_dir() / "bin") if sim else ""
     ip = (addr or node) if sim else ""
-    try:
-        ng: NodeGpus = await read(node, node_run, extra_path=extra, node_ip=ip, timeout=TIMEOUT_S)
-        held = [g.index for g in ng.gpus if g.busy]
-        if held and ng.tool == "amd-smi":
-            ng = await read(node, node_run, extra_path=extra, procs=True, node_ip=ip, timeout=TIMEOUT_S)
-            held = [g.index for g in ng.gpus if g.busy]
+    async def read_fn(procs: bool) -> NodeGpus:
+        return await read(node, node_run, extra_path=extra, procs=procs, node_ip=ip, timeout=TIMEOUT_S)
+
+    try:  # (no run here: every GPU holding memory is flagged)
+        ng, held, _ = await read_flagged(read_fn, lambda ng: [g.index for g in ng.gpus if g.busy])
     finally:
         await runner.close()
     holders = [(p.gpu, p.pid, p.name, p.vram_mb) for p in ng.procs or []]

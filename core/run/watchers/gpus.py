@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 
 from ...config.paths import sim_shim_dir
-from ...remote.gpus import NodeGpus, read
+from ...remote.gpus import NodeGpus, read, read_flagged
 from ...remote.shell import low_priority
 from ..events import Event
 from ..gpustate import expected_gpus, gb, gpus_data
@@ -80,11 +80,13 @@ class GpuWatcher:
 
     async def check(self, node: str) -> NodeGpus:
         """Read a node, list its holders when a GPU is newly flagged, and report."""
-        ng = await self.read(node)
-        foreign = self.foreign(ng)
-        if foreign and tuple(foreign) != self._named.get(node) and ng.tool == "amd-smi":
-            ng = await self.read(node, procs=True)
-            foreign = self.foreign(ng)
+        named = self._named.get(node)
+
+        async def read_fn(procs: bool) -> NodeGpus:
+            return await self.read(node, procs=procs)
+
+        ng, foreign, listed = await read_flagged(read_fn, self.foreign, lambda flags: tuple(flags) != named)
+        if listed:
             self._named[node] = tuple(foreign)
         elif not foreign:
             self._named.pop(node, None)
