@@ -12,6 +12,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from ..core.remote.shell import group_nice
 from ..core.run.events import Event
 from ..core.run.watchers.metrics import HISTORY  # values per metrics series ("history+" of the stream)
 
@@ -24,11 +25,13 @@ KEEP_LAST = 20  # ProcState.last_lines holds this many
 # 128 nodes come up one report can hold thousands (the pairs of a 64P64D run move 4,096 at a time): folding
 # 2,310 at once took 80 ms (bench/atomdeck_key_trace.py), and a key waited for all of them.
 FOLD_SLICE = 256
-# The watcher runs this much nicer than the console. Both share the console's session, and the kernel shares a
-# session's CPU among its processes (autogroups; a cgroup likewise): while 128 nodes came up on this 2-core
-# machine the watcher took 10-14 % of a core and the console's frames waited for its turns. Niced, it yields to
-# the console only when both want the CPU; against other sessions (the engines) their session's share is as it
-# was. Measured: keys while 128 nodes come up p95 150 -> 101 ms (bench/README.md, "the watcher yields").
+# The watcher runs this much nicer than the console, in a session of its own whose scheduling group (autogroup)
+# is at this nice value. In the console's session (before 2026-12-06), niced as a process only, it took from the
+# console's group's share (the kernel ranks a process's nice only inside its session): while 128 nodes came up on
+# this 2-core machine the console ran 12 % of the time and waited for a CPU 53-56 %; its own group, 21-41 %
+# (keys p95 273-419 -> 125-201 ms, bench/scale_console.py 128, alternated). Its own nice (below) still ranks it
+# under the console where autogroups are off. It stops when the console closes its stdin or goes away, so it
+# needs no signal from the console's terminal.
 WATCHER_NICE = 5
 
 
@@ -46,6 +49,7 @@ class WatchProcess:
         self.on_from: Callable[[str, int], None] | None = None  # (process, offset): its every line from there
         self.on_count: Callable[[str, int], None] | None = None  # (process, lines) it logged, not sent
         self.slices = 0  # slices of a report's events folded with the loop let go after them (tests)
+        self._niced: asyncio.Future[bool] | None = None  # setting its scheduling group's nice value
 
     @property
     def pid(self) -> int | None:
@@ -64,13 +68,15 @@ class WatchProcess:
         try:
             self.proc = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "atomdeck.core.cli.watcher", self.run.id, stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE, stderr=fd, limit=LIMIT)
+                stdout=asyncio.subprocess.PIPE, stderr=fd, limit=LIMIT, start_new_session=True)
         finally:
             os.close(fd)
         try:
             os.setpriority(os.PRIO_PROCESS, self.proc.pid, os.getpriority(os.PRIO_PROCESS, 0) + WATCHER_NICE)
         except OSError:  # (it ended already: its error is in its log, read when it is reaped)
             pass
+        # (tried again for a while if the kernel refuses it for now: not waited for here)
+        self._niced = asyncio.ensure_future(group_nice(self.proc.pid, WATCHER_NICE))
 
     async def pump(self) -> None:
         """Read reports until the watcher ends; the run keeps running whatever happens here."""

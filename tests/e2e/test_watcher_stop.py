@@ -42,6 +42,13 @@ def test_the_watcher_exits_whole_while_a_flooding_run_serves(runs, how):
             # it yields to the console (WATCHER_NICE; the kernel's range ends at 19)
             nice = os.getpriority(os.PRIO_PROCESS, 0)
             assert os.getpriority(os.PRIO_PROCESS, watcher.proc.pid) == min(19, nice + WATCHER_NICE)
+            # ... as a session of its own, whose scheduling group yields too (the kernel ranks a process's own
+            # nice only inside its session: in the console's it took from the console's share)
+            assert os.getsid(watcher.proc.pid) == watcher.proc.pid != os.getsid(0)
+            if os.path.exists("/proc/self/autogroup"):
+                assert watcher._niced is not None and await watcher._niced
+                group = open(f"/proc/{watcher.proc.pid}/autogroup").read().split()
+                assert group[-2:] == ["nice", str(WATCHER_NICE)], group
             if how == "SIGTERM":
                 watcher.proc.send_signal(signal.SIGTERM)
             else:
