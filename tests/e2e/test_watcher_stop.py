@@ -62,3 +62,62 @@ def test_the_watcher_exits_whole_while_a_flooding_run_serves(runs, how):
     code, log = asyncio.run(go())
     assert code == 0, log
     assert "still running" not in log, log
+
+
+CONSOLE = """
+import asyncio, sys
+from atomdeck.core.run.run import Run
+from atomdeck.tui.watch_client import WatchProcess
+
+async def main():
+    run = Run.open(sys.argv[1])
+    watcher = WatchProcess(run)
+    await watcher.start()
+    pump = asyncio.create_task(watcher.pump())
+    while not watcher.ready:
+        await asyncio.sleep(0.05)
+    print(watcher.pid, flush=True)
+    await pump
+
+asyncio.run(main())
+"""
+
+
+def test_the_watcher_ends_when_its_console_is_killed(runs):
+    """The watcher is a session of its own (its scheduling group apart from the console's), so no signal of the
+    console's terminal reaches it: it ends on its own when the console is SIGKILLed, from its stdin closing."""
+    import subprocess
+    import sys
+    import time
+
+    ws = workspace("demo-1p1d")
+
+    async def launch() -> str:
+        run = await Run.launch(ws, ws.assess())
+        runs.append(run)
+        await run.close()
+        return run.id
+
+    run_id = asyncio.run(launch())
+    console = subprocess.Popen([sys.executable, "-c", CONSOLE, run_id], stdout=subprocess.PIPE, text=True)
+    try:
+        assert console.stdout is not None
+        line = console.stdout.readline()
+        assert line.strip().isdigit(), f"the console printed {line!r}, exit {console.poll()}"
+        watcher = int(line)
+        assert os.getsid(watcher) == watcher != os.getsid(console.pid)
+    finally:
+        console.kill()
+        console.wait()
+    deadline = time.monotonic() + 30  # a bound against a hang, not a timing
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{watcher}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    break  # (exited; its parent, killed, left it to init)
+        except FileNotFoundError:
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(watcher, signal.SIGKILL)
+        raise AssertionError(f"the watcher {watcher} outlived its killed console by 30 s")
