@@ -13,6 +13,9 @@ if TYPE_CHECKING:
     from ..core.run.gpustate import NodeGpuState
 
 STALE_S = 60.0  # a reading older than this is taken again when the Nodes view is shown
+# A cluster of more nodes is read on the `g` key only: at FAN_OUT (8) commands at once, an SSH cluster of 2,000 nodes
+# would be 2,000 SSH commands and minutes of reading at every visit of the view after STALE_S.
+AUTO_READ_MAX = 256
 
 
 class NodeGpuBook:
@@ -26,6 +29,7 @@ class NodeGpuBook:
         self.at: float | None = None  # when the last reading ended (the console's clock: app.now())
         self.version = 0  # changes whenever what the view shows of them does (a reading started or ended)
         self.on_change: Callable[[], None] | None = None  # the Nodes view's redraw, called when a reading ends
+        self.too_many: tuple[str, int] | None = None  # (cluster, nodes) not read on its own: AUTO_READ_MAX
 
     def want(self, force: bool = False) -> bool:
         """Read the nodes' GPUs unless a reading of this cluster is fresh or running; `force` (the key): read now
@@ -40,6 +44,11 @@ class NodeGpuBook:
         taken = set(live.run.plan.selection.all()) if live is not None else set()
         nodes = [(n.name, n.addr) for n in ws.inventory if n.name not in taken]
         if not nodes:
+            return False
+        if not force and len(nodes) > AUTO_READ_MAX:
+            if self.too_many != (ws.cluster.name, len(nodes)):
+                self.too_many = (ws.cluster.name, len(nodes))
+                self.version += 1
             return False
         self.reading = len(nodes)
         self.version += 1
@@ -71,6 +80,8 @@ class NodeGpuBook:
         if self.reading:
             return f"GPUs: reading {self.reading} nodes (amd-smi) …"
         if self.cluster != cluster_name or self.at is None:
+            if self.enabled and self.too_many is not None and self.too_many[0] == cluster_name:
+                return f"GPUs: not read ({self.too_many[1]} nodes: g reads them all)"
             return "GPUs: not read (g reads them)" if not self.enabled else "GPUs: not read yet"
         if self.note:
             return self.note

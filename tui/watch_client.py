@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ..core.remote.shell import group_nice
+from ..core.remote.shell import group_nice, own_group_nice
 from ..core.run.events import Event
 from ..core.run.watchers.metrics import HISTORY  # values per metrics series ("history+" of the stream)
 
@@ -76,7 +76,8 @@ class WatchProcess:
         except OSError:  # (it ended already: its error is in its log, read when it is reaped)
             pass
         # (tried again for a while if the kernel refuses it for now: not waited for here)
-        self._niced = asyncio.ensure_future(group_nice(self.proc.pid, WATCHER_NICE))
+        # (below the console's group whatever its own value: a console started under `nice` keeps the order)
+        self._niced = asyncio.ensure_future(group_nice(self.proc.pid, min(19, own_group_nice() + WATCHER_NICE)))
 
     async def pump(self) -> None:
         """Read reports until the watcher ends; the run keeps running whatever happens here."""

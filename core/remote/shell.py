@@ -163,6 +163,16 @@ LOW_GROUP = (f'i=0; until echo 19 2>/dev/null > /proc/self/autogroup; do i=$((i 
 GROUP_NICE_TRIES = 20  # the kernel takes one autogroup nice value a tenth of a second from a non-root user
 
 
+def own_group_nice() -> int:
+    """This process's autogroup nice value (0 where there are none, or in the kernel's root group)."""
+    try:
+        with open("/proc/self/autogroup") as f:
+            words = f.read().split()
+        return int(words[words.index("nice") + 1])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
 async def group_nice(pid: int, nice: int) -> bool:
     """Set the nice value of `pid`'s autogroup (its session's scheduling group, sched_autogroup_enabled): what
     ranks a session's processes against other sessions', where a process's own nice value ranks it only inside

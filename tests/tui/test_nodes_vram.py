@@ -74,6 +74,22 @@ async def test_g_reads_them_again_when_the_console_does_not_on_its_own(other_job
         assert "hold memory" not in str(app.screen.query_one("#nodes-summary").render())
 
 
+async def test_a_cluster_larger_than_auto_read_max_is_read_on_the_key_only(other_job, monkeypatch):
+    """Every visit of the view after STALE_S would read every node: at 2,000 SSH nodes, 2,000 commands. Past
+    AUTO_READ_MAX nodes (here made 5, under the demo's 6) the view says so and reads on `g`."""
+    from atomdeck.tui import node_gpus
+
+    monkeypatch.setattr(node_gpus, "AUTO_READ_MAX", 5)
+    app = make_app(read_gpus=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await _read(pilot)
+        assert set(_vram(app).values()) == {""}
+        assert "GPUs: not read (6 nodes: g reads them all)" in str(app.screen.query_one("#nodes-summary").render())
+        await pilot.press("g")
+        await _read(pilot)
+        assert _vram(app)["demo-n03"] == "▲ 8/8 held" and _vram(app)["demo-n01"] == "2.2T free"
+
+
 async def test_a_slurm_cluster_says_its_nodes_are_read_in_a_job():
     async def offline(cluster, _offline):
         from atomdeck.core.design.workspace import offline_nodes
