@@ -402,12 +402,27 @@ class ConsoleApp(App[int]):
             if extra:
                 nodes = [*nodes, *offline_nodes(extra)]
                 note = "; ".join(x for x in (note, f"added by name, not checked: {', '.join(extra)}") if x)
+        nodes = self._held_marked(nodes)
         changed = nodes != ws.inventory or note != ws.inventory_note
         ws.inventory, ws.inventory_note = nodes, note
         self.inventory_at = self.clock()
         if changed:
             self._reassess()
         self.post_message(InventoryUpdated(changed, note))
+
+    def _held_marked(self, nodes: list[Node]) -> list[Node]:
+        """The nodes with the GPU memory others hold as last read (core's mark_held): not auto-picked."""
+        from ..core.run.nodegpus import mark_held
+
+        return mark_held(nodes, self.node_gpus.shown(self.workspace.cluster.name))
+
+    def node_gpus_read(self) -> None:
+        """A reading of the nodes' GPUs ended (node_gpus.py): the nodes whose memory others hold change."""
+        ws = self.workspace
+        marked = self._held_marked(ws.inventory)
+        if marked != ws.inventory:
+            ws.inventory = marked
+            self._reassess()
 
     def on_inventory_updated(self, message: InventoryUpdated) -> None:
         if (screen := self.design_screen) is not None:

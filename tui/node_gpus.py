@@ -69,6 +69,7 @@ class NodeGpuBook:
             self.states = {}
         self.states.update(states)
         self.note, self.cluster, self.at = note, cluster.name, self.app.now()
+        self.app.node_gpus_read()  # (the nodes whose memory others hold are not auto-picked)
         if self.on_change is not None:
             self.on_change()
 

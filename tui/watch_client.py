@@ -12,7 +12,6 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ..core.remote.shell import group_nice, own_group_nice
 from ..core.run.events import Event
 from ..core.run.watchers.metrics import HISTORY  # values per metrics series ("history+" of the stream)
 
@@ -25,13 +24,10 @@ KEEP_LAST = 20  # ProcState.last_lines holds this many
 # 128 nodes come up one report can hold thousands (the pairs of a 64P64D run move 4,096 at a time): folding
 # 2,310 at once took 80 ms (bench/atomdeck_key_trace.py), and a key waited for all of them.
 FOLD_SLICE = 256
-# The watcher runs this much nicer than the console, in a session of its own whose scheduling group (autogroup)
-# is at this nice value. In the console's session (before 2026-12-06), niced as a process only, it took from the
-# console's group's share (the kernel ranks a process's nice only inside its session): while 128 nodes came up on
-# this 2-core machine the console ran 12 % of the time and waited for a CPU 53-56 %; its own group, 21-41 %
-# (keys p95 273-419 -> 125-201 ms, bench/scale_console.py 128, alternated). Its own nice (below) still ranks it
-# under the console where autogroups are off. It stops when the console closes its stdin or goes away, so it
-# needs no signal from the console's terminal.
+# The watcher runs this much nicer than the console. It runs in a session of its own, and sets its session's
+# scheduling group below the console's itself (core/cli/watcher.py GROUP_NICE): with the kernel's autogroups a
+# process's nice ranks it only inside its session. Its own nice still ranks it under the console where there are no
+# autogroups. It stops when the console closes its stdin or goes away: no signal of the console's terminal needed.
 WATCHER_NICE = 5
 
 
@@ -49,7 +45,6 @@ class WatchProcess:
         self.on_from: Callable[[str, int], None] | None = None  # (process, offset): its every line from there
         self.on_count: Callable[[str, int], None] | None = None  # (process, lines) it logged, not sent
         self.slices = 0  # slices of a report's events folded with the loop let go after them (tests)
-        self._niced: asyncio.Future[bool] | None = None  # setting its scheduling group's nice value
 
     @property
     def pid(self) -> int | None:
@@ -76,8 +71,6 @@ class WatchProcess:
         except OSError:  # (it ended already: its error is in its log, read when it is reaped)
             pass
         # (tried again for a while if the kernel refuses it for now: not waited for here)
-        # (below the console's group whatever its own value: a console started under `nice` keeps the order)
-        self._niced = asyncio.ensure_future(group_nice(self.proc.pid, min(19, own_group_nice() + WATCHER_NICE)))
 
     async def pump(self) -> None:
         """Read reports until the watcher ends; the run keeps running whatever happens here."""

@@ -39,6 +39,9 @@ class Node:
     reason: str = ""
     source: str = "static"  # "slurm" | "static"
     extra: dict = field(default_factory=dict, compare=False, hash=False)
+    # GPU memory held by no run of ours, as the node's GPUs were last read (core/run/nodegpus.py mark_held):
+    # "8/8 GPUs hold 240 GB: another job, or an orphan (pid ...)"; such a node is not chosen unless overridden
+    held: str = ""
 
     @property
     def state(self) -> str:
@@ -46,8 +49,9 @@ class Node:
 
     @property
     def problems(self) -> list[str]:
-        """Why Slurm says this node is unusable, in an operator's words (empty when healthy)."""
-        return [BAD_FLAGS[s] for s in self.states if s in BAD_FLAGS]
+        """Why Slurm says this node is unusable, in an operator's words, and its GPUs' memory held by others
+        (empty when healthy)."""
+        return [BAD_FLAGS[s] for s in self.states if s in BAD_FLAGS] + (["GPUs in use"] if self.held else [])
 
     @property
     def healthy(self) -> bool:
@@ -57,8 +61,10 @@ class Node:
         """One phrase, e.g. 'drained: gpu memory not released'."""
         if self.healthy:
             return ""
-        words = ", ".join(dict.fromkeys(self.problems))
-        return f"{words}: {self.reason}" if self.reason else words
+        slurm = [BAD_FLAGS[s] for s in self.states if s in BAD_FLAGS]
+        words = ", ".join(dict.fromkeys(slurm))
+        said = (f"{words}: {self.reason}" if self.reason else words) if slurm else ""
+        return "; ".join(x for x in (said, f"GPUs in use: {self.held}" if self.held else "") if x)
 
 
 _GPU_GRES = re.compile(r"(?:^|,)gpu(?::[A-Za-z0-9_.-]+)?:(\d+)")

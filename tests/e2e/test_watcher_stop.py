@@ -13,8 +13,9 @@ import os
 import signal
 
 import pytest
-from atomdeck.core.remote.shell import own_group_nice
+from atomdeck.core.cli.watcher import GROUP_NICE
 from atomdeck.core.run.run import Run
+from atomdeck.core.run.schedgroup import group_nice_of
 from atomdeck.tui.watch_client import WATCHER_NICE, WatchProcess
 
 from .conftest import FLOOD, until, workspace
@@ -46,10 +47,10 @@ def test_the_watcher_exits_whole_while_a_flooding_run_serves(runs, how):
             # ... as a session of its own, whose scheduling group yields too (the kernel ranks a process's own
             # nice only inside its session: in the console's it took from the console's share)
             assert os.getsid(watcher.proc.pid) == watcher.proc.pid != os.getsid(0)
-            if os.path.exists("/proc/self/autogroup"):
-                assert watcher._niced is not None and await watcher._niced
-                group = open(f"/proc/{watcher.proc.pid}/autogroup").read().split()
-                assert group[-2:] == ["nice", str(min(19, own_group_nice() + WATCHER_NICE))], group
+            if os.path.exists("/proc/self/autogroup"):  # (it sets it itself, as soon as the kernel takes it)
+                want = ["nice", str(min(19, group_nice_of() + GROUP_NICE))]
+                await until(lambda: open(f"/proc/{watcher.proc.pid}/autogroup").read().split()[-2:] == want,
+                            f"the watcher's group at {want}", timeout=10)
             if how == "SIGTERM":
                 watcher.proc.send_signal(signal.SIGTERM)
             else:

@@ -74,6 +74,52 @@ async def test_g_reads_them_again_when_the_console_does_not_on_its_own(other_job
         assert "hold memory" not in str(app.screen.query_one("#nodes-summary").render())
 
 
+@pytest.fixture
+def first_node_held(tmp_path, monkeypatch):
+    """Another job on demo-n01 (127.0.0.11), the node auto-pick takes first."""
+    monkeypatch.setenv("ATOMSIM_GPU_DIR", str(tmp_path / "gpus"))
+    env = {**os.environ, "ATOMSIM_NODE_IP": "127.0.0.11", "PYTHONPATH": str(sim_shim_dir())}
+    p = subprocess.Popen([sys.executable, "-c", "import atomsim_boot; atomsim_boot.ensure(); import sys; "
+                          "from atomdeck.sim.gpus import hold_main; sys.exit(hold_main(sys.argv[1:]))",
+                          "--gb", "200"], env=env, stdout=subprocess.PIPE, text=True)
+    assert p.stdout is not None and p.stdout.readline().strip() == "holding"
+    yield p
+    p.kill()
+    p.wait()
+
+
+async def test_auto_pick_leaves_a_node_whose_gpus_another_job_holds(first_node_held):
+    """A node read holding memory no run of ours holds is not chosen (the pre-flight check would refuse it at
+    launch); picked by hand it is an error naming the memory, and an override makes it a warning."""
+    from atomdeck.core.design.plan import node_verdict
+
+    unread = make_app()  # (its GPUs not read: demo-n01 is the first choice)
+    async with unread.run_test(size=SIZE) as pilot:
+        await ready(pilot)
+        before = unread.assessment.selection
+        assert before is not None and "demo-n01" in before.all()
+    app = make_app(read_gpus=True)
+    async with app.run_test(size=SIZE) as pilot:
+        await _read(pilot)
+        chosen = app.assessment.selection
+        assert chosen is not None and "demo-n01" not in chosen.all() and len(chosen.all()) == len(before.all())
+        node = next(n for n in app.workspace.inventory if n.name == "demo-n01")
+        assert node_verdict(node, app.workspace.cluster).startswith("GPUs in use: 8/8 GPUs hold 200 GB: another "
+                                                                  f"job, or an orphan (pid {first_node_held.pid} ")
+        app.set_design(app.design.toggle("demo-n01").toggle("demo-n02"))
+        errors = [f for f in app.assessment.findings if f.rule == "node-unhealthy" and f.node == "demo-n01"]
+        assert errors and errors[0].severity == "error" and "GPUs in use" in errors[0].message
+        app.set_design(app.design.override("demo-n01"))
+        found = [f for f in app.assessment.findings if f.rule == "node-unhealthy" and f.node == "demo-n01"]
+        assert found and found[0].severity == "warning"
+        first_node_held.kill()
+        first_node_held.wait()
+        await pilot.press("g")
+        await _read(pilot)
+        node = next(n for n in app.workspace.inventory if n.name == "demo-n01")
+        assert node.held == "" and node.healthy  # the other job ended: usable again
+
+
 async def test_a_cluster_larger_than_auto_read_max_is_read_on_the_key_only(other_job, monkeypatch):
     """Every visit of the view after STALE_S would read every node: at 2,000 SSH nodes, 2,000 commands. Past
     AUTO_READ_MAX nodes (here made 5, under the demo's 6) the view says so and reads on `g`."""
