@@ -216,8 +216,15 @@ def _append(path: Path, data: bytes) -> None:
         f.write(data)
 
 
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except FileNotFoundError:  # it ended between the listing and this read
+        return ""
+
+
 async def _no_remote_tail_left(path: str) -> None:
     deadline = time.monotonic() + 30  # a guard for a condition, not a timing
-    while [p for p in processes_matching(path) if Path(f"/proc/{p}/comm").read_text().strip() == "tail"]:
+    while [p for p in processes_matching(path) if _comm(p) == "tail"]:
         assert time.monotonic() < deadline, "a remote `tail -F` outlived its channel"
         await asyncio.sleep(0.05)
