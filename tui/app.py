@@ -412,7 +412,7 @@ class ConsoleApp(App[int]):
 
     def _held_marked(self, nodes: list[Node]) -> list[Node]:
         """The nodes with the GPU memory others hold as last read (core's mark_held): not auto-picked."""
-        from ..core.run.nodegpus import mark_held
+        from ..core.run.gpustate import mark_held  # (not nodegpus: the first frame loads no remote/)
 
         return mark_held(nodes, self.node_gpus.shown(self.workspace.cluster.name))
 

@@ -39,7 +39,7 @@ class Node:
     reason: str = ""
     source: str = "static"  # "slurm" | "static"
     extra: dict = field(default_factory=dict, compare=False, hash=False)
-    # GPU memory held by no run of ours, as the node's GPUs were last read (core/run/nodegpus.py mark_held):
+    # GPU memory held by no run of ours, as the node's GPUs were last read (core/run/gpustate.py mark_held):
     # "8/8 GPUs hold 240 GB: another job, or an orphan (pid ...)"; such a node is not chosen unless overridden
     held: str = ""
 

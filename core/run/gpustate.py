@@ -3,10 +3,12 @@ console and the CLI show for it. Pure: no I/O."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from ..design.inventory import Node
     from ..design.plan import Plan
     from ..remote.gpus import NodeGpus
 
@@ -156,3 +158,15 @@ def node_cell(ns: NodeGpuState | None) -> str:
         return ""
     g = free / 1024
     return (f"{g / 1024:.1f}T" if g >= 1000 else f"{g:.0f}G") + " free"
+
+
+def mark_held(inventory: list[Node], states: Mapping[str, NodeGpuState]) -> list[Node]:
+    """The inventory with each node's `held` as its GPUs were last read: what NodeGpuState.flag says of the memory
+    no run of ours holds (a node not read keeps no mark). Such a node is not auto-picked, and picking it by hand
+    is an error unless overridden, as for a drained node: the pre-flight check would refuse it at launch."""
+    out = []
+    for n in inventory:
+        st = states.get(n.name)
+        held = st.flag() if st is not None and not st.error else ""
+        out.append(n if n.held == held else replace(n, held=held))
+    return out

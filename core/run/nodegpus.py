@@ -11,13 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterable, Mapping
-from dataclasses import replace
+from collections.abc import Iterable
 
 from ..config.cluster import Cluster
 from ..config.errors import AtomdeckError
 from ..config.paths import sim_shim_dir
-from ..design.inventory import Node
 from ..remote.gpus import NodeGpus, read, read_flagged
 from ..remote.shell import LocalRunner, Result, Runner, low_priority
 from .gpustate import NodeGpuState, gpus_data
@@ -75,15 +73,3 @@ async def read_nodes(cluster: Cluster, nodes: Iterable[tuple[str, str]], fan_out
 
     found = await asyncio.gather(*(one(n, a) for n, a in nodes))
     return {s.node: s for s in found}, ""
-
-
-def mark_held(inventory: list[Node], states: Mapping[str, NodeGpuState]) -> list[Node]:
-    """The inventory with each node's `held` as its GPUs were last read: what NodeGpuState.flag says of the memory
-    no run of ours holds (a node not read keeps no mark). Such a node is not auto-picked, and picking it by hand
-    is an error unless overridden, as for a drained node: the pre-flight check would refuse it at launch."""
-    out = []
-    for n in inventory:
-        st = states.get(n.name)
-        held = st.flag() if st is not None and not st.error else ""
-        out.append(n if n.held == held else replace(n, held=held))
-    return out
