@@ -19,15 +19,21 @@ from .conftest import SIZE, make_app, ready
 MIA1 = ["mia1-p01-g01", "mia1-p01-g02"]
 
 
+def _holder(tmp_path, monkeypatch, ip: str, gb: int):
+    """Another job on the demo node at `ip`: `gb` GiB on each of its 8 GPUs, until killed."""
+    monkeypatch.setenv("ATOMSIM_GPU_DIR", str(tmp_path / "gpus"))
+    env = {**os.environ, "ATOMSIM_NODE_IP": ip, "PYTHONPATH": str(sim_shim_dir())}
+    p = subprocess.Popen([sys.executable, "-c", "import atomsim_boot; atomsim_boot.ensure(); import sys; "
+                          "from atomdeck.sim.gpus import hold_main; sys.exit(hold_main(sys.argv[1:]))",
+                          "--gb", str(gb)], env=env, stdout=subprocess.PIPE, text=True)
+    assert p.stdout is not None and p.stdout.readline().strip() == "holding"
+    return p
+
+
 @pytest.fixture
 def other_job(tmp_path, monkeypatch):
     """Another job on demo-n03 (127.0.0.13): 240 GiB on each of its 8 GPUs."""
-    monkeypatch.setenv("ATOMSIM_GPU_DIR", str(tmp_path / "gpus"))
-    env = {**os.environ, "ATOMSIM_NODE_IP": "127.0.0.13", "PYTHONPATH": str(sim_shim_dir())}
-    p = subprocess.Popen([sys.executable, "-c", "import atomsim_boot; atomsim_boot.ensure(); import sys; "
-                          "from atomdeck.sim.gpus import hold_main; sys.exit(hold_main(sys.argv[1:]))",
-                          "--gb", "240"], env=env, stdout=subprocess.PIPE, text=True)
-    assert p.stdout is not None and p.stdout.readline().strip() == "holding"
+    p = _holder(tmp_path, monkeypatch, "127.0.0.13", 240)
     yield p
     p.kill()
     p.wait()
@@ -77,12 +83,7 @@ async def test_g_reads_them_again_when_the_console_does_not_on_its_own(other_job
 @pytest.fixture
 def first_node_held(tmp_path, monkeypatch):
     """Another job on demo-n01 (127.0.0.11), the node auto-pick takes first."""
-    monkeypatch.setenv("ATOMSIM_GPU_DIR", str(tmp_path / "gpus"))
-    env = {**os.environ, "ATOMSIM_NODE_IP": "127.0.0.11", "PYTHONPATH": str(sim_shim_dir())}
-    p = subprocess.Popen([sys.executable, "-c", "import atomsim_boot; atomsim_boot.ensure(); import sys; "
-                          "from atomdeck.sim.gpus import hold_main; sys.exit(hold_main(sys.argv[1:]))",
-                          "--gb", "200"], env=env, stdout=subprocess.PIPE, text=True)
-    assert p.stdout is not None and p.stdout.readline().strip() == "holding"
+    p = _holder(tmp_path, monkeypatch, "127.0.0.11", 200)
     yield p
     p.kill()
     p.wait()
