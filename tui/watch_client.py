@@ -70,7 +70,6 @@ class WatchProcess:
             os.setpriority(os.PRIO_PROCESS, self.proc.pid, os.getpriority(os.PRIO_PROCESS, 0) + WATCHER_NICE)
         except OSError:  # (it ended already: its error is in its log, read when it is reaped)
             pass
-        # (tried again for a while if the kernel refuses it for now: not waited for here)
 
     async def pump(self) -> None:
         """Read reports until the watcher ends; the run keeps running whatever happens here."""

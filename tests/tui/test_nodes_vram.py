@@ -5,6 +5,7 @@ reached only inside a job, and the view says so instead of reading."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -19,24 +20,27 @@ from .conftest import SIZE, make_app, ready
 MIA1 = ["mia1-p01-g01", "mia1-p01-g02"]
 
 
+@contextlib.contextmanager
 def _holder(tmp_path, monkeypatch, ip: str, gb: int):
-    """Another job on the demo node at `ip`: `gb` GiB on each of its 8 GPUs, until killed."""
+    """Another job on the demo node at `ip`: `gb` GiB on each of its 8 GPUs, until the block ends (or killed)."""
     monkeypatch.setenv("ATOMSIM_GPU_DIR", str(tmp_path / "gpus"))
     env = {**os.environ, "ATOMSIM_NODE_IP": ip, "PYTHONPATH": str(sim_shim_dir())}
     p = subprocess.Popen([sys.executable, "-c", "import atomsim_boot; atomsim_boot.ensure(); import sys; "
                           "from atomdeck.sim.gpus import hold_main; sys.exit(hold_main(sys.argv[1:]))",
                           "--gb", str(gb)], env=env, stdout=subprocess.PIPE, text=True)
-    assert p.stdout is not None and p.stdout.readline().strip() == "holding"
-    return p
+    try:
+        assert p.stdout is not None and p.stdout.readline().strip() == "holding"
+        yield p
+    finally:
+        p.kill()
+        p.wait()
 
 
 @pytest.fixture
 def other_job(tmp_path, monkeypatch):
     """Another job on demo-n03 (127.0.0.13): 240 GiB on each of its 8 GPUs."""
-    p = _holder(tmp_path, monkeypatch, "127.0.0.13", 240)
-    yield p
-    p.kill()
-    p.wait()
+    with _holder(tmp_path, monkeypatch, "127.0.0.13", 240) as p:
+        yield p
 
 
 def _vram(app) -> dict[str, str]:
@@ -83,10 +87,8 @@ async def test_g_reads_them_again_when_the_console_does_not_on_its_own(other_job
 @pytest.fixture
 def first_node_held(tmp_path, monkeypatch):
     """Another job on demo-n01 (127.0.0.11), the node auto-pick takes first."""
-    p = _holder(tmp_path, monkeypatch, "127.0.0.11", 200)
-    yield p
-    p.kill()
-    p.wait()
+    with _holder(tmp_path, monkeypatch, "127.0.0.11", 200) as p:
+        yield p
 
 
 async def test_auto_pick_leaves_a_node_whose_gpus_another_job_holds(first_node_held):
