@@ -30,6 +30,7 @@ from textual.reactive import reactive
 from textual.screen import Screen
 from textual.timer import Timer
 
+from ..core.run.schedgroup import short_slice
 from . import bindings
 from .gc_steward import TICK_S, GcSteward
 from .node_gpus import NodeGpuBook
@@ -244,6 +245,8 @@ class ConsoleApp(App[int]):
     def on_mount(self) -> None:
         self.set_interval(TICK_S, self.gc_steward.tick, name="gc-steward")
         self.gc_steward.own_full_passes()
+        if not self.is_headless:  # on a terminal: the loop's thread and Textual's input and writer threads
+            short_slice()
         keymap, problems = bindings.load_keymap(self.keymap_file)
         self.keymap = keymap
         if keymap:

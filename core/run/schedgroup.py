@@ -6,6 +6,7 @@ value ranks it only inside its session. The console's watcher (core/cli/watcher.
 from __future__ import annotations
 
 import asyncio
+import os
 
 GROUP_NICE_TRIES = 20  # the kernel takes one autogroup nice value a tenth of a second from a non-root user
 
@@ -37,3 +38,46 @@ async def group_nice(pid: int, nice: int) -> bool:
         except OSError:
             return False
     return False
+
+
+# sched_setattr(2): on Linux >= 6.12 (EEVDF) a SCHED_OTHER thread's sched_runtime is its slice, the time it may run
+# before a thread whose turn came since may take the CPU; a shorter slice gives an earlier deadline, so a waking
+# thread with one is run sooner (kernel/sched/fair.c PREEMPT_SHORT). Its share of the CPU stays its weight's.
+_SCHED_SETATTR = {"x86_64": 314, "aarch64": 274}
+_RESET_ON_FORK = 0x01  # what the thread starts (threads and processes) gets the kernel's default slice back
+SLICE_NS = 100_000  # the least the kernel takes (0.1 ms)
+
+
+def short_slice(ns: int = SLICE_NS) -> int:
+    """Ask the kernel for a slice of `ns` on each of this process's threads (its nice value kept): a thread woken by
+    a key or a frame to write then waits less behind the machine's busy ones. Unprivileged; on an older kernel or
+    another system it does nothing. Returns how many threads took it."""
+    import ctypes
+    import platform
+
+    nr = _SCHED_SETATTR.get(platform.machine())
+    if nr is None:
+        return 0
+
+    class SchedAttr(ctypes.Structure):
+        _fields_ = [("size", ctypes.c_uint32), ("policy", ctypes.c_uint32), ("flags", ctypes.c_uint64),
+                    ("nice", ctypes.c_int32), ("priority", ctypes.c_uint32), ("runtime", ctypes.c_uint64),
+                    ("deadline", ctypes.c_uint64), ("period", ctypes.c_uint64)]
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        tids = [int(t) for t in os.listdir("/proc/self/task")]
+    except (OSError, ValueError):
+        return 0
+    done = 0
+    for tid in tids:
+        try:
+            if os.sched_getscheduler(tid) != os.SCHED_OTHER:
+                continue
+            attr = SchedAttr(size=ctypes.sizeof(SchedAttr), policy=os.SCHED_OTHER, flags=_RESET_ON_FORK,
+                             nice=os.getpriority(os.PRIO_PROCESS, tid), runtime=ns)
+        except OSError:  # the thread ended meanwhile
+            continue
+        if libc.syscall(nr, tid, ctypes.byref(attr), 0) == 0:
+            done += 1
+    return done

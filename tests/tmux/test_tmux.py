@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from atomdeck.core.run.run import Run
+from atomdeck.core.run.schedgroup import SLICE_NS
 
 from tests.leftovers import alive, gone
 
@@ -26,6 +27,12 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(180),
                                  reason="tmux is not installed (Debian's tmux; tests/run installs it as root)")]
 
 ATOMDECK = Path(sys.executable).parent / "atomdeck"
+
+
+def _slice(proc: str) -> int:
+    """A thread's or process's slice in ns, as the kernel reports it."""
+    with open(f"{proc}/sched") as f:
+        return int(next(line for line in f if line.startswith("se.slice")).split()[-1])
 
 
 class Tmux:
@@ -111,6 +118,13 @@ def test_launch_watch_teardown_in_a_real_terminal(tmux):
     assert "Barrier" in shown and "Router" in shown and "KV handshake" in shown, shown
     (run,) = [Run.open(m["id"]) for m in Run.list()]
     assert sorted(alive(run)) == ["decode-0", "prefill-0", "router"]
+    # On a terminal the console's threads (its loop, Textual's input and writer) asked the kernel for a short
+    # slice (core/run/schedgroup.py); the engines it started did not inherit it
+    console = int(tmux("display-message", "-p", "-t", "s", "#{pane_pid}"))
+    slices = [_slice(f"/proc/{console}/task/{tid}") for tid in os.listdir(f"/proc/{console}/task")]
+    assert slices.count(SLICE_NS) >= 3, slices
+    engine = run.handles["decode-0"].pid
+    assert _slice(f"/proc/{engine}") > SLICE_NS
     tmux.keys("D")
     shown = tmux.wait_for("Tear down run")
     assert "Cancel (n)" in shown and "demo-n02" in shown
