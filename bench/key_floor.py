@@ -24,8 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import NotShown, console_in_tmux, pct, save
-from scale_console import cluster_yaml, recipe_yaml
+from common import NotShown, console_in_tmux, save
+from scale_console import _summary, cluster_yaml, recipe_yaml
 
 ECHO = r"""
 import os, sys, tty
@@ -75,11 +75,9 @@ def presses(term, until, first: int, gap: float = 0.25) -> list[tuple[float, flo
 
 
 def stats(lat: list[float]) -> dict:
-    lat = sorted(lat)
-    if not lat:
-        return {"presses": 0}
-    return {"presses": len(lat), "p50_ms": round(pct(lat, 50) * 1000, 1), "p95_ms": round(pct(lat, 95) * 1000, 1),
-            "max_ms": round(lat[-1] * 1000, 1), "all_ms": [round(x * 1000) for x in lat]}
+    """scale_console.py's summary of the presses (a press never shown counts as missed)."""
+    shown = [x for x in lat if x != float("inf")]
+    return _summary(shown, len(lat) - len(shown))
 
 
 def main(mode: str, n: int) -> dict:
@@ -131,8 +129,9 @@ if __name__ == "__main__":
     result = main(mode, int(sys.argv[2]) if len(sys.argv) > 2 else 128)
     for phase in ("key_starting", "key_coming_up", "key_serving"):
         s = result[phase]
-        print(f"{mode:8} {phase:14} n={s['presses']:3}  p50 {s.get('p50_ms')} ms  p95 {s.get('p95_ms')} ms  "
-              f"max {s.get('max_ms')} ms")
+        ms = {k: round(s[k] * 1000, 1) if k in s else None for k in ("p50_s", "p95_s", "max_s")}
+        print(f"{mode:8} {phase:14} n={s['presses']:3} (missed {s['missed']})  p50 {ms['p50_s']} ms  "
+              f"p95 {ms['p95_s']} ms  max {ms['max_s']} ms")
     print(f"launch -> every process started {result['launch_to_started_s']} s, -> serving "
           f"{result['launch_to_serving_s']} s")
     save(f"key-floor-{mode}", result)

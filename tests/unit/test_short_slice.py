@@ -23,7 +23,7 @@ pytestmark = pytest.mark.skipif(_kernel() < (6, 12) or platform.machine() not in
 
 # Each case in a fresh interpreter: the slice stays on the threads that took it, pytest's among them.
 CASE = textwrap.dedent("""
-    import os, subprocess, threading, sys
+    import os, subprocess, threading
     from atomdeck.core.run.schedgroup import SLICE_NS, short_slice
 
     def slice_of(tid):
